@@ -1,0 +1,119 @@
+"""The backend protocol: one model, one sequence, a KV cache whose rollback is a length.
+
+Every runtime (torch/transformers, llama.cpp, exllamav2) implements :class:`Backend`. The engine never
+talks to a runtime directly; it drives a :class:`CachedSequence`, which keeps the token ids that are in
+the backend's cache and reuses the longest common prefix between calls. Prefix reuse therefore lives
+once, here, above all backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A causal LM with a single-sequence KV cache.
+
+    ``forward`` appends ``token_ids`` to the cache and returns float32 logits ``[len(token_ids), vocab]``
+    on the CPU, one row per fed position. ``truncate(n)`` drops cache entries past ``n`` (rollback).
+    """
+
+    name: str
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def max_length(self) -> int: ...
+
+    def forward(self, token_ids: Sequence[int]) -> torch.Tensor: ...
+
+    def truncate(self, length: int) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    # Compare in chunks first: prompts are thousands of tokens and usually share almost all of them.
+    step = 256
+    while i + step <= n and list(a[i : i + step]) == list(b[i : i + step]):
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class CachedSequence:
+    """The token ids held in a backend's KV cache, with longest-common-prefix reuse.
+
+    ``sync(tokens, n_logits)`` makes the cache hold exactly ``tokens`` and returns the logits of the
+    last ``n_logits`` positions. Only the part of ``tokens`` that is not already cached is fed, except
+    that at least ``n_logits`` tokens are always fed (a cache holds states, not logits).
+    """
+
+    def __init__(self, backend: Backend, prefill_chunk: int = 512) -> None:
+        self.backend = backend
+        self.tokens: list[int] = []
+        self.prefill_chunk = prefill_chunk
+        self.fed_tokens = 0  # how many tokens were evaluated in total: a measure of reuse
+        self.reused_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def reset(self) -> None:
+        self.backend.reset()
+        self.tokens = []
+
+    def truncate(self, length: int) -> None:
+        if length < len(self.tokens):
+            self.backend.truncate(length)
+            del self.tokens[length:]
+
+    def sync(self, tokens: Sequence[int], n_logits: int = 1) -> torch.Tensor:
+        if n_logits < 1 or n_logits > len(tokens):
+            raise ValueError(f"n_logits must be in 1..{len(tokens)}, got {n_logits}")
+        if len(tokens) > self.backend.max_length:
+            raise ValueError(f"sequence of {len(tokens)} tokens exceeds the context of {self.backend.max_length}")
+        keep = min(common_prefix_length(self.tokens, tokens), len(tokens) - n_logits)
+        self.reused_tokens += keep
+        self.truncate(keep)
+        if self.backend.length != keep:  # a backend that lost its cache (e.g. after an error) starts over
+            self.backend.reset()
+            self.tokens = []
+            keep = 0
+        return self.extend(tokens[keep:], n_logits)
+
+    def extend(self, new_tokens: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
+        """Feed ``new_tokens`` (in chunks for long prefills) and return the last ``n_logits`` rows."""
+        new_tokens = list(new_tokens)
+        n_logits = len(new_tokens) if n_logits is None else n_logits
+        out: torch.Tensor | None = None
+        start = 0
+        while start < len(new_tokens):
+            chunk = new_tokens[start : start + self.prefill_chunk]
+            try:
+                logits = self.backend.forward(chunk)
+            except BaseException:
+                # The backend may hold a partial chunk now; make our view agree with it.
+                self.backend.truncate(len(self.tokens))
+                raise
+            self.tokens.extend(chunk)
+            self.fed_tokens += len(chunk)
+            start += len(chunk)
+            remaining = len(new_tokens) - start
+            if remaining < n_logits:
+                rows = logits[max(0, len(chunk) - (n_logits - remaining)) :]
+                out = rows if out is None else torch.cat([out, rows])
+        assert out is not None and out.shape[0] == n_logits
+        return out

@@ -1,0 +1,66 @@
+"""The ``codecue`` command line.
+
+Each subcommand lives in its own module with ``add_arguments(parser)`` and ``run(args) -> int``; this file
+only wires them together. Subcommand modules keep heavy imports (torch, transformers) inside ``run`` so
+that ``codecue --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from codecue.errors import CodeCueError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "complete": ("codecue.commands.complete", "complete at a position in a file and print the text"),
+    "bench": ("codecue.bench.cli", "benchmark speculative decoding against target-only and peers"),
+    "models": ("codecue.models.cli", "list, pull, verify (and convert) models"),
+    "serve": ("codecue.server.cli", "run the language server (what editors spawn)"),
+    "daemon": ("codecue.server.daemon_cli", "start, stop or query the per-user daemon"),
+    "explain": ("codecue.context.cli", "show the cursor context, K and scope at a position"),
+    "tune": ("codecue.tuning.cli", "measure acceptance per language and context, write a K profile"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="codecue", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:  # a part that is not built yet must not break the others
+            logging.getLogger(__name__).debug("subcommand %s unavailable: %s", name, exc)
+            continue
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.run(args) or 0)
+    except CodeCueError as exc:
+        print(f"codecue: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("codecue: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("codecue: error: out of memory (try a smaller model, --max-tokens, or --dtype int8)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
