@@ -1,0 +1,91 @@
+"""Backends: one per runtime, behind the small protocol in :mod:`codecue.backends.base`."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from codecue.backends.base import Backend, CachedSequence, common_prefix_length
+from codecue.errors import BackendUnavailable, CodeCueError
+
+if TYPE_CHECKING:
+    from codecue.models.resolve import ModelSource
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "torch", "llamacpp", "exllamav2")
+
+__all__ = ["Backend", "CachedSequence", "common_prefix_length", "create_backend", "cuda_available", "BACKENDS"]
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # a broken CUDA install must not break the CPU path
+        return False
+
+
+def _llamacpp_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def choose_backend(source: ModelSource, backend: str = "auto") -> str:
+    """The backend ``auto`` means for this model on this machine."""
+    if backend not in BACKENDS:
+        raise CodeCueError(f"unknown backend {backend!r}", f"choose one of {', '.join(BACKENDS)}")
+    if backend != "auto":
+        return backend
+    if source.kind == "exl2":
+        return "exllamav2"
+    if source.kind == "gguf" and not cuda_available() and _llamacpp_installed():
+        return "llamacpp"
+    return "torch"
+
+
+def create_backend(
+    source: ModelSource,
+    backend: str = "auto",
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    n_ctx: int = 4096,
+) -> Backend:
+    """Load ``source`` on the chosen runtime. ``auto`` prefers llama.cpp for GGUF on a CPU-only machine
+    and falls back to torch, with one warning, when llama.cpp is missing or fails to load."""
+    chosen = choose_backend(source, backend)
+    if device == "auto":
+        device = "cuda" if cuda_available() else "cpu"
+    if chosen == "llamacpp":
+        if source.kind != "gguf":
+            raise CodeCueError(f"the llama.cpp backend loads GGUF files; {source.path} is {source.kind}",
+                               "use --backend torch for HF directories")
+        try:
+            from codecue.backends.llamacpp import LlamaCppBackend
+
+            return LlamaCppBackend.load(source.path, n_ctx=n_ctx)
+        except BackendUnavailable as exc:
+            if backend == "llamacpp":
+                raise
+            log.warning("llama.cpp unavailable (%s); falling back to the torch backend", exc)
+            chosen = "torch"
+        except ImportError as exc:
+            if backend == "llamacpp":
+                raise BackendUnavailable(f"llama.cpp backend not available: {exc}",
+                                         "pip install 'codecue[llamacpp]'") from exc
+            chosen = "torch"
+    if chosen == "exllamav2":
+        from codecue.backends.exllamav2 import ExLlamaV2Backend
+
+        return ExLlamaV2Backend.load(source.path, max_seq_len=n_ctx)
+    from codecue.backends.torch_backend import TorchBackend
+
+    if source.kind == "gguf":
+        return TorchBackend.from_pretrained(source.path.parent, gguf_file=source.path.name, dtype=dtype, device=device)
+    if source.kind == "exl2":
+        raise CodeCueError(f"{source.path} is an EXL2 model, which only the exllamav2 backend loads",
+                           "use --backend exllamav2 on a CUDA machine")
+    return TorchBackend.from_pretrained(source.path, dtype=dtype, device=device)

@@ -1,0 +1,351 @@
+"""The llama.cpp backend: GGUF models as they are (quantized) on the CPU, through llama-cpp-python.
+
+It drives llama.cpp's C API through llama-cpp-python's ctypes bindings (``llama_cpp.llama_cpp``), not the
+high-level ``Llama`` generator: the engine needs logits for every position of ``[last] + draft`` from one
+``llama_decode`` call and a rollback that is a length, which the generator does not offer. One context holds
+one sequence (seq id 0); rollback removes the KV cells past the kept length with ``llama_memory_seq_rm``.
+
+llama-cpp-python is an optional dependency (``pip install 'codecue[llamacpp]'``) that compiles llama.cpp
+when installed from source; it is imported lazily, and a missing or broken install raises
+:class:`codecue.errors.BackendUnavailable` so the caller can fall back to the torch backend.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+
+from codecue.errors import BackendUnavailable, ModelError
+
+INSTALL_HINT = "install it with: pip install 'codecue[llamacpp]'"
+
+_GGML_LOG_LEVEL_ERROR = 3
+_GGML_LOG_LEVEL_CONT = 5
+
+_init_lock = threading.Lock()
+_lib: ModuleType | None = None
+_log_callback: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
+_last_log_level = 0
+
+
+def _load_lib() -> ModuleType:
+    """Import llama-cpp-python's C bindings once, initialise llama.cpp and silence its logging."""
+    global _lib, _log_callback
+    with _init_lock:
+        if _lib is not None:
+            return _lib
+        try:
+            import llama_cpp.llama_cpp as lib
+        except ImportError as e:
+            raise BackendUnavailable(f"the llama.cpp backend needs llama-cpp-python ({e})", INSTALL_HINT) from e
+        except (OSError, RuntimeError) as e:  # the package is there but its shared library does not load
+            raise BackendUnavailable(f"llama-cpp-python is installed but does not load: {e}", INSTALL_HINT) from e
+        required = ("llama_model_load_from_file", "llama_init_from_model", "llama_get_memory", "llama_memory_seq_rm")
+        missing = [name for name in required if not hasattr(lib, name)]
+        if missing:
+            raise BackendUnavailable(
+                f"llama-cpp-python is too old for the llama.cpp backend (missing {', '.join(missing)})",
+                "upgrade it with: pip install -U 'codecue[llamacpp]'",
+            )
+
+        @lib.llama_log_callback
+        def log_errors_only(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+            # llama.cpp logs every tensor and setting at load time; keep only errors (and their
+            # continuation lines) so a daemon's stderr stays readable.
+            global _last_log_level
+            if level != _GGML_LOG_LEVEL_CONT:
+                _last_log_level = level
+            if _last_log_level == _GGML_LOG_LEVEL_ERROR and text:
+                sys.stderr.write(text.decode("utf-8", errors="replace"))
+
+        _log_callback = log_errors_only
+        lib.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        lib.llama_backend_init()
+        _lib = lib
+        return lib
+
+
+def physical_core_count() -> int:
+    """Physical cores this process may run on: llama.cpp is slower with a thread per hyperthread.
+
+    Counts distinct (physical id, core id) pairs among the CPUs in this process's affinity mask, from
+    /proc/cpuinfo; elsewhere falls back to the logical count halved when it looks hyperthreaded.
+    """
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        allowed = set(range(os.cpu_count() or 1))
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    cores: set[tuple[str, str]] = set()
+    for block in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            key, sep, value = line.partition(":")
+            if sep:
+                fields[key.strip()] = value.strip()
+        if "processor" not in fields or "core id" not in fields:
+            continue
+        if int(fields["processor"]) in allowed:
+            cores.add((fields.get("physical id", "0"), fields["core id"]))
+    if cores:
+        return max(1, len(cores))
+    logical = len(allowed)
+    return max(1, logical // 2 if logical >= 4 else logical)
+
+
+class LlamaCppBackend:
+    """A GGUF model in one llama.cpp context holding one sequence; see :class:`codecue.backends.base.Backend`."""
+
+    name = "llamacpp"
+
+    def __init__(
+        self,
+        lib: ModuleType,
+        model: Any,
+        context: Any,
+        path: Path,
+        n_ctx: int,
+        n_batch: int,
+        n_threads: int,
+    ) -> None:
+        self._lib = lib
+        self._model = model
+        self._ctx = context
+        self._vocab = lib.llama_model_get_vocab(model)
+        self._memory = lib.llama_get_memory(context)
+        self.path = path
+        self.n_threads = n_threads
+        self.n_batch = n_batch
+        self._n_ctx = n_ctx
+        self._n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
+        self._length = 0
+        self._batch = lib.llama_batch_init(n_batch, 0, 1)
+        self._closed = False
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+    ) -> LlamaCppBackend:
+        """Load a GGUF file as it is (quantized weights stay quantized) into a context of ``n_ctx`` tokens.
+
+        ``n_batch`` is the most tokens one ``llama_decode`` call takes; it must cover the largest verify
+        chunk and should match the engine's prefill chunk (longer inputs are split).
+        """
+        lib = _load_lib()
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise ModelError(f"model file not found: {path}", "run `codecue models pull` or pass an existing GGUF")
+        if n_ctx < 1 or n_batch < 1:
+            raise ValueError(f"n_ctx and n_batch must be positive, got {n_ctx} and {n_batch}")
+        n_threads = n_threads or physical_core_count()
+
+        model_params = lib.llama_model_default_params()
+        model_params.n_gpu_layers = 0  # this is the CPU path; CUDA machines use exllamav2 or torch
+        model = lib.llama_model_load_from_file(str(path).encode("utf-8"), model_params)
+        if not model:
+            raise ModelError(f"llama.cpp could not load {path}", "the file may be truncated or not a GGUF model")
+
+        n_ctx_train = int(lib.llama_model_n_ctx_train(model))
+        n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
+        n_batch = min(n_batch, n_ctx)
+        context_params = lib.llama_context_default_params()
+        context_params.n_ctx = n_ctx
+        context_params.n_batch = n_batch
+        # One physical batch per logical one: a verify of K+1 tokens is a single graph evaluation.
+        context_params.n_ubatch = n_batch
+        context_params.n_seq_max = 1
+        context_params.n_threads = n_threads
+        context_params.n_threads_batch = n_threads
+        context_params.no_perf = True
+        context = lib.llama_init_from_model(model, context_params)
+        if not context:
+            lib.llama_model_free(model)
+            raise ModelError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
+        return cls(lib, model, context, path, int(lib.llama_n_ctx(context)), n_batch, n_threads)
+
+    # -- the Backend protocol -------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return self._n_vocab
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    @property
+    def max_length(self) -> int:
+        return self._n_ctx
+
+    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
+        """Append ``token_ids`` to the cache; float32 logits ``[n, vocab]`` on the CPU.
+
+        ``n`` is ``len(token_ids)`` by default (one row per fed position, as the protocol says). A caller
+        that only needs the last rows (a prefill) may pass ``n_logits``: llama.cpp then skips the output
+        head for the other positions, which is a sizeable part of a prefill with a 152k vocabulary.
+        """
+        self._check_open()
+        tokens = [int(t) for t in token_ids]
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("forward needs at least one token")
+        n_logits = n if n_logits is None else n_logits
+        if not 0 <= n_logits <= n:
+            raise ValueError(f"n_logits must be in 0..{n}, got {n_logits}")
+        if self._length + n > self._n_ctx:
+            raise ValueError(f"{self._length} cached + {n} new tokens exceed the context of {self._n_ctx}")
+        bad = [t for t in tokens if not 0 <= t < self._n_vocab]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary of {self._n_vocab}")
+        out = np.empty((n_logits, self._n_vocab), dtype=np.float32)
+        first_output = n - n_logits
+        start_length = self._length
+        try:
+            for start in range(0, n, self.n_batch):
+                chunk = tokens[start : start + self.n_batch]
+                chunk_first_output = max(0, first_output - start)
+                rows = self._decode(chunk, chunk_first_output)
+                if rows is not None:  # rows for this chunk's positions chunk_first_output.. of it
+                    row0 = start + chunk_first_output - first_output
+                    out[row0 : row0 + rows.shape[0]] = rows
+        except BaseException:
+            self.truncate(start_length)  # leave no partially evaluated chunk in the cache
+            raise
+        return torch.from_numpy(out)
+
+    def truncate(self, length: int) -> None:
+        self._check_open()
+        if length < 0:
+            raise ValueError(f"length must be >= 0, got {length}")
+        if length >= self._length:
+            return
+        if not self._lib.llama_memory_seq_rm(self._memory, 0, length, -1):
+            # Only recurrent models refuse a partial removal; start over rather than keep a wrong state.
+            self.reset()
+            return
+        self._length = length
+
+    def reset(self) -> None:
+        self._check_open()
+        self._lib.llama_memory_clear(self._memory, False)  # metadata only: cells are overwritten on reuse
+        self._length = 0
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _decode(self, chunk: list[int], first_output: int) -> np.ndarray | None:
+        """Evaluate ``chunk`` at the next positions; logits rows for positions ``first_output..`` of it."""
+        lib = self._lib
+        batch = self._batch
+        n = len(chunk)
+        pos0 = self._length
+        for i, token in enumerate(chunk):
+            batch.token[i] = token
+            batch.pos[i] = pos0 + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i >= first_output
+        batch.n_tokens = n
+        status = lib.llama_decode(self._ctx, batch)
+        if status != 0:
+            # llama.cpp may have stored part of a multi-ubatch chunk; the caller truncates back.
+            self._length = pos0 + n
+            reason = {1: "no KV cache slot", 2: "aborted", -1: "invalid input"}.get(status, "error")
+            raise RuntimeError(f"llama_decode failed with status {status} ({reason}) on {n} tokens at {pos0}")
+        self._length = pos0 + n
+        if first_output >= n:
+            return None
+        rows = np.empty((n - first_output, self._n_vocab), dtype=np.float32)
+        for row, i in enumerate(range(first_output, n)):
+            pointer = lib.llama_get_logits_ith(self._ctx, i)
+            rows[row] = np.ctypeslib.as_array(pointer, shape=(self._n_vocab,))
+        return rows
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this llama.cpp backend has been closed")
+
+    def tokenize(self, text: str, parse_special: bool = True) -> list[int]:
+        """Token ids of ``text`` by the model's own tokenizer (no BOS added)."""
+        self._check_open()
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buffer = (self._lib.llama_token * capacity)()
+        n = self._lib.llama_tokenize(self._vocab, data, len(data), buffer, capacity, False, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            capacity = -n
+            buffer = (self._lib.llama_token * capacity)()
+            n = self._lib.llama_tokenize(self._vocab, data, len(data), buffer, capacity, False, parse_special)
+        return list(buffer[:n])
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes of one token (special tokens rendered as their text)."""
+        self._check_open()
+        size = 64
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            n = self._lib.llama_token_to_piece(self._vocab, int(token_id), buffer, size, 0, True)
+            if n >= 0:
+                return buffer.raw[:n]
+            size = -n
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids``; invalid UTF-8 (a token sequence cut inside a character) is replaced."""
+        return b"".join(self.token_bytes(t) for t in token_ids).decode("utf-8", errors="replace")
+
+    @property
+    def eos_token_id(self) -> int:
+        return int(self._lib.llama_vocab_eos(self._vocab))
+
+    def is_end_of_generation(self, token_id: int) -> bool:
+        return bool(self._lib.llama_vocab_is_eog(self._vocab, int(token_id)))
+
+    @property
+    def fim_token_ids(self) -> dict[str, int]:
+        """The FIM special tokens' ids (prefix, suffix, middle, pad) from the GGUF; -1 where absent."""
+        lib = self._lib
+        return {
+            "prefix": int(lib.llama_vocab_fim_pre(self._vocab)),
+            "suffix": int(lib.llama_vocab_fim_suf(self._vocab)),
+            "middle": int(lib.llama_vocab_fim_mid(self._vocab)),
+            "pad": int(lib.llama_vocab_fim_pad(self._vocab)),
+        }
+
+    def close(self) -> None:
+        """Free the context, the batch and the model (the backend is unusable afterwards)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._lib.llama_batch_free(self._batch)
+        self._lib.llama_free(self._ctx)
+        self._lib.llama_model_free(self._model)
+
+    def __enter__(self) -> LlamaCppBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"LlamaCppBackend({str(self.path)!r}, n_ctx={self._n_ctx}, n_threads={self.n_threads})"

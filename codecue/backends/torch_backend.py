@@ -1,0 +1,192 @@
+"""torch/transformers backend: HF model directories and GGUF files (dequantized), on CPU or CUDA.
+
+On the CPU it can replace the target's linear layers by weight-only int8 ones (torch's packed-weight
+``_weight_int8pack_mm``), so that the target stays quantized on this path too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from codecue.errors import BackendUnavailable, ModelError
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+class WeightOnlyInt8Linear(torch.nn.Module):
+    """A linear layer with int8 weights and per-output-channel scales (activations stay bf16).
+
+    Decoding is bound by reading weights, so halving the bytes read per step is what matters on a CPU.
+    """
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()
+        scales = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+        self.register_buffer("weight", torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scales", scales.to(torch.bfloat16))
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(torch.bfloat16),
+                                                                        requires_grad=False)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, shape[-1]).to(torch.bfloat16), self.weight, self.scales)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features)
+
+
+def quantize_int8_(model: torch.nn.Module) -> torch.nn.Module:
+    """Replace every decoder ``nn.Linear`` (not the embedding-tied head) by :class:`WeightOnlyInt8Linear`."""
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear) and not (name == "" and child_name == "lm_head"):
+                setattr(module, child_name, WeightOnlyInt8Linear(child))
+    return model
+
+
+def fastest_cpu_dtype() -> torch.dtype:
+    """Measure a decode-shaped and a verify-shaped matmul in fp32 and bf16 and pick the faster dtype.
+
+    bf16 wins on CPUs with AMX / AVX512-BF16 and loses badly on the others, so we measure rather than guess.
+    """
+    results = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        w = torch.randn(4096, 1536, dtype=dtype)
+        xs = [torch.randn(m, 1536, dtype=dtype) for m in (1, 9)]
+        for x in xs:  # warm-up
+            torch.nn.functional.linear(x, w)
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for x in xs:
+                for _ in range(4):
+                    torch.nn.functional.linear(x, w)
+            best = min(best, time.perf_counter() - t0)
+        results[dtype] = best
+    choice = min(results, key=results.get)
+    log.info("CPU dtype probe: %s -> %s", {str(k): f"{v * 1e3:.2f} ms" for k, v in results.items()}, choice)
+    return choice
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        if device.startswith("cuda"):
+            return torch.bfloat16
+        return fastest_cpu_dtype()
+    if dtype == "int8":
+        return torch.bfloat16
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; choose auto, float32, bfloat16, float16 or int8") from None
+
+
+class TorchBackend:
+    """A transformers causal LM with a ``DynamicCache`` for one sequence."""
+
+    name = "torch"
+
+    def __init__(self, model: torch.nn.Module, device: str = "cpu", max_length: int | None = None) -> None:
+        from transformers import DynamicCache
+
+        self.model = model.eval()
+        self.device = device
+        self.config = model.config
+        self._cache_cls = DynamicCache
+        self._cache = DynamicCache(config=self.config)
+        self._length = 0
+        self._max_length = max_length or int(getattr(self.config, "max_position_embeddings", 32768))
+        # transformers 5 renamed the cache argument; keep working on both sides of the rename.
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.dtype = next(model.parameters()).dtype
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        gguf_file: str | None = None,
+        dtype: str | torch.dtype | None = "auto",
+        device: str = "cpu",
+        quantize: str | None = None,
+    ) -> TorchBackend:
+        """Load an HF model directory, or a GGUF file (``path`` = its directory, ``gguf_file`` = its name)."""
+        from transformers import AutoModelForCausalLM
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise BackendUnavailable("CUDA was requested but torch sees no CUDA device",
+                                     "use --device cpu, or install a CUDA build of torch")
+        if dtype == "int8":
+            quantize = "int8"
+        torch_dtype = resolve_dtype(dtype, device)
+        if quantize == "int8":
+            torch_dtype = torch.bfloat16
+        kwargs = {"dtype": torch_dtype}
+        if gguf_file:
+            kwargs["gguf_file"] = gguf_file
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            where = Path(path) / gguf_file if gguf_file else Path(path)
+            raise ModelError(f"could not load model {where}: {str(exc).splitlines()[0]}",
+                             "check the file, or run `codecue models verify` / `codecue models pull --force`") from exc
+        if quantize == "int8":
+            if device != "cpu":
+                raise ValueError("int8 weight-only quantization is for the CPU path")
+            quantize_int8_(model)
+        elif quantize not in (None, "none"):
+            raise ValueError(f"unknown quantization {quantize!r}; choose int8 or none")
+        model.to(device)
+        return cls(model, device=device)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().out_features if hasattr(
+            self.model.get_output_embeddings(), "out_features") else self.config.vocab_size)
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    def forward(self, token_ids: Sequence[int]) -> torch.Tensor:
+        if not token_ids:
+            raise ValueError("forward needs at least one token")
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, use_cache=True, **{self._cache_kwarg: self._cache})
+        self._length += len(token_ids)
+        return out.logits[0].float().cpu()
+
+    def truncate(self, length: int) -> None:
+        if length < 0:
+            raise ValueError("length must be >= 0")
+        if length < self._length:
+            if length == 0:
+                self.reset()
+                return
+            # Negative crop = "remove this many": the meaning both transformers 4.x and 5.x agree on.
+            self._cache.crop(-(self._length - length))
+            self._length = length
+
+    def reset(self) -> None:
+        self._cache = self._cache_cls(config=self.config)
+        self._length = 0
+

@@ -1,0 +1,208 @@
+"""The completer: tokenizer + target + optional draft, the FIM prompt, and the speculative loop.
+
+This is what the CLI, the benchmark and the language server all drive. It keeps both models' KV caches
+between requests, so the next request reuses the longest common token prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from codecue.backends import CachedSequence, create_backend
+from codecue.backends.base import Backend
+from codecue.engine.fim import PromptBudget, build_fim_prompt
+from codecue.engine.proposers import (
+    DraftModelProposer,
+    HybridProposer,
+    NgramProposer,
+    Proposer,
+    SamplingSettings,
+)
+from codecue.engine.speculative import GenerationParams, GenerationResult, GenerationStats, generate
+from codecue.errors import CodeCueError, ModelError
+from codecue.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+DRAFT_MODES = ("hybrid", "model", "ngram", "none")
+
+
+@dataclass
+class CompleterConfig:
+    target: str | None = None  # registry name or path; None = configured default
+    draft: str | None = None
+    backend: str = "auto"  # auto | torch | llamacpp | exllamav2
+    draft_backend: str | None = None  # None = same as backend
+    dtype: str = "auto"  # auto | float32 | bfloat16 | int8 (torch backend)
+    draft_dtype: str | None = None
+    device: str = "auto"
+    draft_mode: str = "hybrid"  # hybrid | model | ngram | none
+    k: int = 4
+    min_confidence: float = 0.4  # draft early stop
+    n_ctx: int = 4096
+    budget: PromptBudget = field(default_factory=PromptBudget)
+
+    def validate(self) -> None:
+        if self.draft_mode not in DRAFT_MODES:
+            raise CodeCueError(f"unknown draft mode {self.draft_mode!r}", f"choose one of {', '.join(DRAFT_MODES)}")
+        if not 0 <= self.k <= 32:
+            raise CodeCueError(f"k={self.k} is out of range", "choose 0 (no speculation) to 32")
+        if not 0.0 <= self.min_confidence < 1.0:
+            raise CodeCueError("min_confidence must be in [0, 1)")
+
+
+def load_tokenizer(source: Any):
+    """An HF tokenizer for an HF directory, or one converted once from a GGUF file and cached."""
+    from transformers import AutoTokenizer
+
+    if source.kind == "gguf":
+        stat = source.path.stat()
+        key = hashlib.sha256(f"{source.path.resolve()}:{stat.st_size}".encode()).hexdigest()[:16]
+        cached = cache_dir() / "tokenizers" / key
+        if (cached / "tokenizer.json").exists():
+            return AutoTokenizer.from_pretrained(str(cached))
+        tok = AutoTokenizer.from_pretrained(str(source.path.parent), gguf_file=source.path.name)
+        tmp = cached.with_name(cached.name + f".tmp{time.time_ns()}")
+        tok.save_pretrained(str(tmp))
+        try:
+            tmp.rename(cached)
+        except OSError:  # another process won the race; its copy is as good as ours
+            pass
+        return AutoTokenizer.from_pretrained(str(cached if cached.exists() else tmp))
+    return AutoTokenizer.from_pretrained(str(source.path))
+
+
+def special_token_ids(tokenizer) -> list[int]:
+    """Tokens that end a completion: EOS and every special token (a completion never contains them)."""
+    ids = set(tokenizer.all_special_ids)
+    for name in ("<|endoftext|>", "<|im_end|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>",
+                 "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"):
+        tid = tokenizer.convert_tokens_to_ids(name)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid is not None:
+            ids.add(tid)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return sorted(i for i in ids if i is not None)
+
+
+class Completer:
+    """Holds the models and their caches; one completion at a time (``lock``)."""
+
+    def __init__(self, tokenizer, target: Backend, draft: Backend | None, config: CompleterConfig | None = None,
+                 names: tuple[str, str | None] = ("target", "draft")) -> None:
+        self.config = config or CompleterConfig()
+        self.config.validate()
+        self.tokenizer = tokenizer
+        if draft is not None and draft.vocab_size != target.vocab_size:
+            raise ModelError(
+                f"draft {names[1]} has a vocabulary of {draft.vocab_size} tokens but target {names[0]} has "
+                f"{target.vocab_size}",
+                "use a draft from the same model family (same tokenizer), or run with --draft-mode ngram",
+            )
+        if len(tokenizer) > target.vocab_size:
+            raise ModelError(f"tokenizer has {len(tokenizer)} tokens, more than target {names[0]}'s "
+                             f"{target.vocab_size}", "the tokenizer does not belong to this model")
+        self.target = CachedSequence(target)
+        self.draft = CachedSequence(draft) if draft is not None else None
+        self.eos_ids = special_token_ids(tokenizer)
+        self.lock = threading.Lock()
+        self.names = names
+
+    @classmethod
+    def load(cls, config: CompleterConfig | None = None) -> Completer:
+        from codecue.models.resolve import resolve_model
+
+        config = config or CompleterConfig()
+        config.validate()
+        target_src = resolve_model(config.target, "target")
+        need_draft = config.draft_mode in ("hybrid", "model")
+        draft_src = resolve_model(config.draft, "draft") if need_draft else None
+        tokenizer = load_tokenizer(target_src)
+        target = create_backend(target_src, config.backend, dtype=config.dtype, device=config.device,
+                                n_ctx=config.n_ctx)
+        draft = None
+        if draft_src is not None:
+            draft = create_backend(draft_src, config.draft_backend or config.backend,
+                                   dtype=config.draft_dtype or ("auto" if config.dtype == "int8" else config.dtype),
+                                   device=config.device, n_ctx=config.n_ctx)
+        return cls(tokenizer, target, draft, config, names=(str(target_src.path),
+                                                            str(draft_src.path) if draft_src else None))
+
+    # -- prompts -------------------------------------------------------------------------------------
+    def build_prompt(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = ()) -> list[int]:
+        return build_fim_prompt(self.tokenizer, prefix, suffix, self.config.budget, extra_context)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # -- proposers -----------------------------------------------------------------------------------
+    def make_proposer(self, mode: str, sampling: SamplingSettings,
+                      extra_tokens: Sequence[Sequence[int]] = ()) -> Proposer | None:
+        if mode not in DRAFT_MODES:
+            raise CodeCueError(f"unknown draft mode {mode!r}", f"choose one of {', '.join(DRAFT_MODES)}")
+        if mode == "none":
+            return None
+        ngram = NgramProposer(extra=extra_tokens)
+        if mode == "ngram":
+            return ngram
+        if self.draft is None:
+            raise CodeCueError("no draft model is loaded", "load one with --draft, or use --draft-mode ngram")
+        model = DraftModelProposer(self.draft, sampling, self.config.min_confidence)
+        return model if mode == "model" else HybridProposer(ngram, model)
+
+    # -- generation ----------------------------------------------------------------------------------
+    def generate_ids(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int = 64,
+        k: int | None = None,
+        draft_mode: str | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_strings: Sequence[str] = (),
+        stop_predicate: Callable[[str], int | None] | None = None,
+        on_text: Callable[[str], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+        k_for_round: Callable[[int, GenerationStats], int] | None = None,
+        on_round: Callable[[int, int], None] | None = None,
+        extra_tokens: Sequence[Sequence[int]] = (),
+    ) -> GenerationResult:
+        k = self.config.k if k is None else k
+        mode = draft_mode or self.config.draft_mode
+        if k == 0:
+            mode = "none"
+        params = GenerationParams(max_new_tokens=max_tokens, temperature=temperature, top_p=top_p, k=k, seed=seed,
+                                  stop_strings=tuple(stop_strings))
+        generator = None
+        if temperature > 0:
+            generator = torch.Generator()
+            # The draft samples with its own stream so that the verify stream is the same with or without it.
+            generator.manual_seed((seed if seed is not None else torch.seed()) + 1)
+        sampling = SamplingSettings(temperature, top_p, generator)
+        with self.lock:
+            proposer = self.make_proposer(mode, sampling, extra_tokens)
+            return generate(self.target, proposer, prompt, params, decode=self.decode, eos_ids=self.eos_ids,
+                            on_text=on_text, stop_predicate=stop_predicate, cancelled=cancelled,
+                            k_for_round=k_for_round, on_round=on_round)
+
+    def complete(self, prefix: str, suffix: str = "", *, extra_context: Sequence[tuple[str, str]] = (),
+                 **kwargs: Any) -> GenerationResult:
+        prompt = self.build_prompt(prefix, suffix, extra_context)
+        return self.generate_ids(prompt, **kwargs)
+
+    def reset_caches(self) -> None:
+        with self.lock:
+            self.target.reset()
+            if self.draft is not None:
+                self.draft.reset()
+

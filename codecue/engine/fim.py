@@ -1,0 +1,112 @@
+"""Fill-in-the-middle prompts (Qwen2.5-Coder's ``<|fim_prefix|>…<|fim_suffix|>…<|fim_middle|>``).
+
+The prompt keeps the end of the prefix and the start of the suffix within a token budget. The prefix is
+cut at a line boundary that moves in steps of ``anchor_lines`` lines, so that while the user types, the
+prompt's beginning stays put and the KV cache's common prefix with the last request stays long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+FIM_PREFIX = "<|fim_prefix|>"
+FIM_SUFFIX = "<|fim_suffix|>"
+FIM_MIDDLE = "<|fim_middle|>"
+FILE_SEP = "<|file_sep|>"
+
+
+@dataclass(frozen=True)
+class PromptBudget:
+    total: int = 1536  # tokens for prefix + suffix + extra context
+    suffix: int = 128  # the suffix is re-evaluated on every keystroke: keep it short
+    extra: int = 256  # other open documents
+    anchor_lines: int = 32
+
+
+def _token_count(tokenizer, text: str) -> int:
+    return len(tokenizer.encode(text, add_special_tokens=False)) if text else 0
+
+
+def trim_prefix(tokenizer, prefix: str, budget: int, anchor_lines: int) -> str:
+    """The longest tail of ``prefix`` that starts on an anchored line boundary and fits ``budget``."""
+    if budget <= 0:
+        return ""
+    # Cheap bound first: a token is rarely shorter than 1 character, so never tokenize more than that.
+    if len(prefix) > budget * 8:
+        cut = prefix.find("\n", len(prefix) - budget * 8)
+        prefix = prefix[cut + 1 :] if cut >= 0 else prefix[-budget * 8 :]
+    if _token_count(tokenizer, prefix) <= budget:
+        return prefix
+    lines = prefix.splitlines(keepends=True)
+    # Drop whole blocks of anchor_lines lines from the top until it fits: the start moves in big steps.
+    start = 0
+    while start < len(lines) - 1:
+        start = min(len(lines) - 1, start + anchor_lines)
+        candidate = "".join(lines[start:])
+        if _token_count(tokenizer, candidate) <= budget:
+            return candidate
+    # The last line alone is too long: keep its tail in tokens.
+    ids = tokenizer.encode(lines[-1], add_special_tokens=False)[-budget:]
+    return tokenizer.decode(ids)
+
+
+def trim_suffix(tokenizer, suffix: str, budget: int) -> str:
+    if budget <= 0 or not suffix:
+        return ""
+    suffix = suffix[: budget * 8]
+    ids = tokenizer.encode(suffix, add_special_tokens=False)
+    if len(ids) <= budget:
+        return suffix
+    text = tokenizer.decode(ids[:budget])
+    cut = text.rfind("\n")
+    return text[: cut + 1] if cut > 0 else text
+
+
+def build_fim_text(
+    tokenizer,
+    prefix: str,
+    suffix: str,
+    budget: PromptBudget = PromptBudget(),
+    extra_context: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The prompt as text (special tokens spelled out); ``extra_context`` is (path, text) pairs."""
+    extra_parts = []
+    extra_left = budget.extra
+    for path, text in extra_context:
+        if extra_left <= 0:
+            break
+        snippet = trim_prefix(tokenizer, text, extra_left, budget.anchor_lines)
+        extra_left -= _token_count(tokenizer, snippet)
+        if snippet:
+            extra_parts.append(f"{FILE_SEP}{path}\n{snippet}\n")
+    used_extra = budget.extra - extra_left
+    suffix_text = trim_suffix(tokenizer, suffix, budget.suffix)
+    prefix_budget = budget.total - used_extra - _token_count(tokenizer, suffix_text)
+    prefix_text = trim_prefix(tokenizer, prefix, prefix_budget, budget.anchor_lines)
+    return "".join(extra_parts) + f"{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}"
+
+
+def build_fim_prompt(tokenizer, prefix: str, suffix: str, budget: PromptBudget = PromptBudget(),
+                     extra_context: Sequence[tuple[str, str]] = ()) -> list[int]:
+    text = build_fim_text(tokenizer, prefix, suffix, budget, extra_context)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def split_at(text: str, line: int, character: int) -> tuple[str, str]:
+    """Split a document at a 0-based (line, UTF-16 character) position, as LSP counts them."""
+    lines = text.split("\n")
+    if line < 0 or line >= len(lines):
+        raise ValueError(f"line {line} is outside the document (it has {len(lines)} lines)")
+    offset = sum(len(li) + 1 for li in lines[:line])
+    current = lines[line]
+    encoded = current.encode("utf-16-le")
+    if character < 0 or character * 2 > len(encoded):
+        raise ValueError(f"character {character} is past the end of line {line} ({len(encoded) // 2} UTF-16 units)")
+    head = encoded[: character * 2]
+    try:
+        col = len(head.decode("utf-16-le"))
+    except UnicodeDecodeError:
+        raise ValueError(f"character {character} splits a surrogate pair on line {line}") from None
+    offset += col
+    return text[:offset], text[offset:]

@@ -1,0 +1,166 @@
+"""Draft proposers: anything that can guess the next K tokens.
+
+The interface is two methods (as in transformers' assisted decoding): ``propose(context, k)`` returns a
+:class:`Draft`, and ``update(context, n_accepted)`` tells the proposer how its last draft fared. ``q`` is the
+draft distribution per drafted token; a deterministic proposer (n-gram lookup) returns ``None`` and is
+treated as putting all its mass on its guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from codecue.backends.base import CachedSequence
+from codecue.engine.acceptance import logits_to_probs
+
+
+@dataclass
+class Draft:
+    tokens: list[int] = field(default_factory=list)
+    q: torch.Tensor | None = None  # [len(tokens), vocab] or None for a deterministic guess
+    source: str = "none"  # "model", "ngram" or "none", for statistics
+
+
+class Proposer(Protocol):
+    def propose(self, context: Sequence[int], k: int) -> Draft: ...
+
+    def update(self, context: Sequence[int], n_accepted: int) -> None: ...
+
+
+@dataclass
+class SamplingSettings:
+    """How tokens are chosen: greedy when ``temperature`` is 0."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    generator: torch.Generator | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+
+class DraftModelProposer:
+    """A small model drafts autoregressively from its own KV cache.
+
+    Its cache is synced with the accepted context by longest common prefix, so the tokens it missed last
+    round (the target's correction or bonus token) are caught up in one batched call. Drafting stops
+    early once the draft's own probability for its guess drops under ``min_confidence``: a guess the
+    draft doubts is likely rejected and costs a draft step plus verification width.
+    """
+
+    def __init__(self, seq: CachedSequence, sampling: SamplingSettings, min_confidence: float = 0.0) -> None:
+        self.seq = seq
+        self.sampling = sampling
+        self.min_confidence = min_confidence
+        self.steps = 0  # draft forward calls, for cost accounting
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        if k <= 0:
+            return Draft()
+        tokens: list[int] = []
+        qs: list[torch.Tensor] = []
+        logits = self.seq.sync(context, 1)[-1]
+        self.steps += 1
+        for i in range(k):
+            if self.sampling.greedy:
+                probs = torch.softmax(logits.float(), dim=-1)
+                token = int(probs.argmax())
+            else:
+                probs = logits_to_probs(logits[None], self.sampling.temperature, self.sampling.top_p)[0]
+                token = int(torch.multinomial(probs, 1, generator=self.sampling.generator))
+            if i > 0 and float(probs[token]) < self.min_confidence:
+                break
+            tokens.append(token)
+            qs.append(probs)
+            if i + 1 < k:
+                logits = self.seq.extend([token])[-1]
+                self.steps += 1
+        return Draft(tokens, torch.stack(qs) if not self.sampling.greedy else None, "model")
+
+    def update(self, context: Sequence[int], n_accepted: int) -> None:
+        pass  # the next propose() syncs by common prefix, which is the rollback
+
+
+class NgramProposer:
+    """Prompt lookup: find the latest earlier occurrence of the context's last n tokens and propose what
+    followed it. Free to compute, and code repeats itself (names, signatures, boilerplate).
+
+    ``extra`` token sequences (other open documents, recent completions) are searched after the context.
+    """
+
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, extra: Sequence[Sequence[int]] = ()) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError("need 1 <= min_ngram <= max_ngram")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.extra = [list(e) for e in extra]
+
+    def _lookup(self, haystack: Sequence[int], pattern: list[int], k: int, exclude_tail: bool) -> list[int]:
+        n = len(pattern)
+        # Search backwards: the most recent occurrence is the best predictor.
+        end = len(haystack) - n - (1 if exclude_tail else 0)
+        first = pattern[0]
+        for start in range(end, -1, -1):
+            if haystack[start] == first and list(haystack[start : start + n]) == pattern:
+                follow = list(haystack[start + n : start + n + k])
+                if follow:
+                    return follow
+        return []
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        if k <= 0:
+            return Draft()
+        for n in range(min(self.max_ngram, len(context) - 1), self.min_ngram - 1, -1):
+            pattern = list(context[-n:])
+            follow = self._lookup(context, pattern, k, exclude_tail=True)
+            if not follow:
+                for doc in self.extra:
+                    follow = self._lookup(doc, pattern, k, exclude_tail=False)
+                    if follow:
+                        break
+            if follow:
+                return Draft(follow, None, "ngram")
+        return Draft()
+
+    def update(self, context: Sequence[int], n_accepted: int) -> None:
+        pass
+
+
+class HybridProposer:
+    """An n-gram match when there is one (free), the draft model otherwise.
+
+    An n-gram guess that was rejected at its first token is not trusted for the next round either
+    (``ngram_backoff`` rounds), so a stale repetition does not keep wasting verification width.
+    """
+
+    def __init__(self, ngram: NgramProposer, model: DraftModelProposer, min_ngram_tokens: int = 2,
+                 ngram_backoff: int = 1) -> None:
+        self.ngram = ngram
+        self.model = model
+        self.min_ngram_tokens = min_ngram_tokens
+        self.ngram_backoff = ngram_backoff
+        self._skip_ngram = 0
+        self._last_source = "none"
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        if k <= 0:
+            return Draft()
+        if self._skip_ngram > 0:
+            self._skip_ngram -= 1
+        else:
+            draft = self.ngram.propose(context, k)
+            if len(draft.tokens) >= self.min_ngram_tokens:
+                self._last_source = "ngram"
+                return draft
+        self._last_source = "model"
+        return self.model.propose(context, k)
+
+    def update(self, context: Sequence[int], n_accepted: int) -> None:
+        if self._last_source == "ngram" and n_accepted == 0:
+            self._skip_ngram = self.ngram_backoff
+        self.model.update(context, n_accepted)

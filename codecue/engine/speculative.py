@@ -1,0 +1,186 @@
+"""The speculative decoding loop.
+
+The target's cache always holds the committed context except its last token (the *pending* token).
+Each round the proposer drafts up to K tokens, and the target scores ``[pending] + draft`` in one
+forward pass (``CachedSequence.sync`` feeds exactly what is not cached yet). The accepted prefix plus the
+target's own next token are committed; rejected draft positions are rolled back by the next sync, which
+keeps only the longest common prefix. Rollback is just a length.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from codecue.backends.base import CachedSequence
+from codecue.engine.acceptance import greedy_accept, logits_to_probs, one_hot_q, rejection_sample
+from codecue.engine.proposers import Draft, Proposer
+from codecue.engine.streaming import TextStream
+
+StopPredicate = Callable[[str], "int | None"]
+
+
+@dataclass
+class GenerationParams:
+    max_new_tokens: int = 64
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    k: int = 4  # draft depth; 0 = target only
+    seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    prefilled_tokens: int = 0  # prompt tokens actually evaluated (the rest came from the cache)
+    new_tokens: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    ngram_rounds: int = 0
+    model_rounds: int = 0
+    histogram: list[int] = field(default_factory=list)  # histogram[n] = rounds that accepted n drafts
+    ttft_ms: float = 0.0
+    tpot_ms: float = 0.0
+    total_ms: float = 0.0
+    speculative: bool = False
+    k_max: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        return self.new_tokens / self.rounds if self.rounds else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["acceptance_rate"] = self.acceptance_rate
+        d["tokens_per_round"] = self.tokens_per_round
+        return d
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int]
+    text: str
+    stop_reason: str  # "eos", "stop", "max_tokens", "cancelled"
+    stats: GenerationStats
+
+
+def generate(
+    target: CachedSequence,
+    proposer: Proposer | None,
+    prompt: Sequence[int],
+    params: GenerationParams,
+    *,
+    decode: Callable[[list[int]], str],
+    eos_ids: Sequence[int] = (),
+    on_text: Callable[[str], None] | None = None,
+    stop_predicate: StopPredicate | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    k_for_round: Callable[[int, GenerationStats], int] | None = None,
+    on_round: Callable[[int, int], None] | None = None,
+) -> GenerationResult:
+    """Generate up to ``params.max_new_tokens`` tokens after ``prompt``.
+
+    ``on_text(text_so_far)`` is called as verified text becomes stable; every call's text is a prefix of
+    the final text. ``stop_predicate(text) -> cut index | None`` ends generation (the LSP layer uses it for
+    syntax-aware stops). ``cancelled()`` is checked between rounds. ``on_round(drafted, accepted)`` reports
+    each round to an online K policy.
+    """
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    t_start = time.perf_counter()
+    stats = GenerationStats(prompt_tokens=len(prompt), speculative=proposer is not None and params.k > 0)
+    greedy = params.temperature <= 0
+    generator = None
+    if not greedy:
+        generator = torch.Generator()
+        generator.manual_seed(params.seed if params.seed is not None else torch.seed())
+    eos = set(eos_ids)
+    context = list(prompt)
+    generated: list[int] = []
+    stream = TextStream(decode, params.stop_strings)
+    stop_reason = "max_tokens"
+    t_first: float | None = None
+    fed_before = target.fed_tokens
+
+    while len(generated) < params.max_new_tokens:
+        if cancelled is not None and cancelled():
+            stop_reason = "cancelled"
+            break
+        remaining = params.max_new_tokens - len(generated)
+        k = params.k if k_for_round is None else k_for_round(stats.rounds, stats)
+        k = max(0, min(k, remaining - 1)) if proposer is not None else 0
+        draft = proposer.propose(context, k) if k > 0 else Draft()
+        draft_tokens = torch.tensor(draft.tokens, dtype=torch.long)
+        logits = target.sync(context + draft.tokens, n_logits=len(draft.tokens) + 1)
+        if stats.rounds == 0:
+            stats.prefilled_tokens = target.fed_tokens - fed_before - len(draft.tokens)
+        if greedy:
+            n_accepted, next_token = greedy_accept(draft_tokens, logits)
+        else:
+            p = logits_to_probs(logits, params.temperature, params.top_p)
+            q = draft.q if draft.q is not None else one_hot_q(draft_tokens, p.shape[-1])
+            if q.shape[-1] != p.shape[-1]:  # a draft head narrower than the target's: pad with zero mass
+                q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1]))
+            n_accepted, next_token = rejection_sample(draft_tokens, q, p, generator)
+
+        stats.rounds += 1
+        if draft.tokens:
+            stats.drafted += len(draft.tokens)
+            stats.accepted += n_accepted
+            if len(stats.histogram) <= n_accepted:
+                stats.histogram.extend([0] * (n_accepted + 1 - len(stats.histogram)))
+            stats.histogram[n_accepted] += 1
+            stats.k_max = max(stats.k_max, len(draft.tokens))
+            if draft.source == "ngram":
+                stats.ngram_rounds += 1
+            else:
+                stats.model_rounds += 1
+        if proposer is not None:
+            proposer.update(context, n_accepted)
+        if on_round is not None and draft.tokens:
+            on_round(len(draft.tokens), n_accepted)
+
+        hit_eos = False
+        for token in [*draft.tokens[:n_accepted], next_token][:remaining]:
+            if token in eos:
+                hit_eos = True
+                break
+            generated.append(token)
+            context.append(token)
+        if t_first is None and generated:
+            t_first = time.perf_counter()
+
+        cut = stream.update(generated)
+        if cut is None and stop_predicate is not None:
+            cut = stop_predicate(stream.text)
+        if cut is not None:
+            stream.cut(cut)
+            stop_reason = "stop"
+        partial = stream.next_emit(final=cut is not None or hit_eos)
+        if on_text is not None and partial is not None:
+            on_text(partial)
+        if cut is not None:
+            break
+        if hit_eos:
+            stop_reason = "eos"
+            break
+
+    t_end = time.perf_counter()
+    text = stream.final_text()
+    partial = stream.next_emit(final=True)
+    if on_text is not None and partial is not None:
+        on_text(partial)
+    stats.new_tokens = len(generated)
+    stats.total_ms = (t_end - t_start) * 1e3
+    stats.ttft_ms = ((t_first or t_end) - t_start) * 1e3
+    stats.tpot_ms = ((t_end - (t_first or t_end)) * 1e3 / (len(generated) - 1)) if len(generated) > 1 else 0.0
+    return GenerationResult(tokens=generated, text=text, stop_reason=stop_reason, stats=stats)

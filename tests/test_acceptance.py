@@ -1,0 +1,125 @@
+"""Acceptance maths on hand-built distributions, and the sampling path's exactness."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from codecue.engine.acceptance import greedy_accept, logits_to_probs, one_hot_q, rejection_sample
+
+
+def logits_with_argmax(tokens: list[int], vocab: int = 6) -> torch.Tensor:
+    rows = torch.zeros(len(tokens), vocab)
+    for i, t in enumerate(tokens):
+        rows[i, t] = 5.0
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("draft", "target", "expected"),
+    [
+        ([1, 2, 3], [1, 2, 3, 4], (3, 4)),  # all accepted, bonus token 4
+        ([1, 2, 3], [0, 2, 3, 4], (0, 0)),  # first rejected: correction 0
+        ([1, 2, 3], [1, 5, 3, 4], (1, 5)),  # a later match after a mismatch does not count
+        ([], [2], (0, 2)),  # no draft: the target's own token
+    ],
+)
+def test_greedy_accept(draft, target, expected):
+    assert greedy_accept(torch.tensor(draft, dtype=torch.long), logits_with_argmax(target)) == expected
+
+
+def test_greedy_accept_shape_check():
+    with pytest.raises(ValueError):
+        greedy_accept(torch.tensor([1, 2]), logits_with_argmax([1, 2]))
+
+
+def test_logits_to_probs_temperature_and_top_p():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    p = logits_to_probs(logits, 1.0)
+    assert torch.allclose(p, torch.softmax(logits, -1))
+    sharp = logits_to_probs(logits, 0.5)
+    assert sharp[0, 0] > p[0, 0]
+    nucleus = logits_to_probs(logits, 1.0, top_p=0.8)
+    # softmax = [0.644, 0.237, 0.087, 0.032]: the top two reach 0.8, the rest is cut
+    assert nucleus[0, 2] == 0 and nucleus[0, 3] == 0
+    assert torch.allclose(nucleus[0, :2], p[0, :2] / p[0, :2].sum())
+    with pytest.raises(ValueError):
+        logits_to_probs(logits, 0.0)
+
+
+def test_rejection_sample_accepts_when_draft_equals_target():
+    p = torch.softmax(torch.randn(4, 5, generator=torch.Generator().manual_seed(0)), -1)
+    draft = torch.tensor([1, 2, 3])
+    g = torch.Generator().manual_seed(1)
+    for _ in range(50):
+        n, _ = rejection_sample(draft, p[:3].clone(), p, g)
+        assert n == 3  # p/q == 1 everywhere
+
+
+def test_rejection_sample_rejects_impossible_tokens():
+    p = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]])
+    q = one_hot_q(torch.tensor([0]), 3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        assert rejection_sample(torch.tensor([0]), q, p, g) == (0, 1)
+
+
+def _chi_square_p_value(observed: list[int], expected: list[float]) -> float:
+    """Upper tail of the chi-square statistic (Wilson-Hilferty approximation; fine for df >= 10)."""
+    stat = sum((o - e) ** 2 / e for o, e in zip(observed, expected, strict=True) if e > 0)
+    df = sum(1 for e in expected if e > 0) - 1
+    z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def test_speculative_sampling_reproduces_target_joint_distribution():
+    """Three tokens from a Markov-chain 'target' via drafted rounds of K=2 vs the exact joint."""
+    vocab, steps = 4, 3
+    g = torch.Generator().manual_seed(1234)
+    p_table = torch.softmax(torch.randn(vocab, vocab, generator=g) * 1.5, -1)  # p(next | prev)
+    q_table = torch.softmax(torch.randn(vocab, vocab, generator=g) * 1.5, -1)  # a different draft
+    start = 0
+    n_samples = 20000
+    counts: dict[tuple[int, ...], int] = {}
+    for _ in range(n_samples):
+        seq = [start]
+        while len(seq) - 1 < steps:
+            k = 2
+            draft, qs, prev = [], [], seq[-1]
+            for _ in range(k):
+                qrow = q_table[prev]
+                t = int(torch.multinomial(qrow, 1, generator=g))
+                draft.append(t)
+                qs.append(qrow)
+                prev = t
+            ctx = [seq[-1], *draft]
+            p = torch.stack([p_table[c] for c in ctx])
+            n, nxt = rejection_sample(torch.tensor(draft), torch.stack(qs), p, g)
+            seq.extend([*draft[:n], nxt])
+        key = tuple(seq[1 : steps + 1])
+        counts[key] = counts.get(key, 0) + 1
+    outcomes = list(itertools.product(range(vocab), repeat=steps))
+    expected = []
+    for o in outcomes:
+        prob, prev = 1.0, start
+        for t in o:
+            prob *= float(p_table[prev, t])
+            prev = t
+        expected.append(prob * n_samples)
+    observed = [counts.get(o, 0) for o in outcomes]
+    assert _chi_square_p_value(observed, expected) > 0.001
+    tv = 0.5 * sum(abs(o - e) for o, e in zip(observed, expected, strict=True)) / n_samples
+    assert tv < 0.03
+
+    # The same test must be able to fail: sampling from the draft's joint is detectably different.
+    wrong = [0] * len(outcomes)
+    for _ in range(n_samples):
+        prev, seq = start, []
+        for _ in range(steps):
+            prev = int(torch.multinomial(q_table[prev], 1, generator=g))
+            seq.append(prev)
+        wrong[outcomes.index(tuple(seq))] += 1
+    assert _chi_square_p_value(wrong, expected) < 1e-6

@@ -1,0 +1,235 @@
+"""The lossless property, tested: speculative greedy == target-only greedy, token for token."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import pytest
+import torch
+
+from codecue.backends.base import CachedSequence
+from codecue.engine.proposers import Draft, DraftModelProposer, NgramProposer, SamplingSettings
+from codecue.engine.speculative import GenerationParams, generate
+from codecue.errors import ModelError
+
+PREFIX = "import os\nimport sys\n\ndef add(a, b):\n    return a + b\n\nclass Point:\n    def __init__(self, x, y):\n        self."
+SUFFIX = "\n\nfor i in range(10):\n    print(i)\n"
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_dirs, tiny_tokenizer):
+    """Target-only greedy tokens, computed one token per forward pass."""
+    from codecue.backends.torch_backend import TorchBackend
+    from codecue.completion import Completer, CompleterConfig
+
+    c = Completer(tiny_tokenizer, TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32"), None,
+                  CompleterConfig(draft_mode="none"))
+    prompt = c.build_prompt(PREFIX, SUFFIX)
+    result = c.generate_ids(prompt, max_tokens=48, k=0)
+    assert result.stats.rounds == len(result.tokens)  # really one token per round
+    assert not result.stats.speculative
+    return prompt, result.tokens
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+@pytest.mark.parametrize(("draft", "mode"), [("target", "model"), ("unrelated", "model"), ("target", "ngram"),
+                                             ("unrelated", "hybrid")])
+def test_speculative_greedy_equals_target_greedy(make_completer, reference, k, draft, mode):
+    prompt, expected = reference
+    c = make_completer(draft)
+    result = c.generate_ids(prompt, max_tokens=48, k=k, draft_mode=mode)
+    assert result.tokens == expected
+    s = result.stats
+    assert s.speculative and s.new_tokens == len(expected)
+    assert sum(s.histogram) == s.model_rounds + s.ngram_rounds
+    if draft == "target" and mode == "model":
+        # a draft identical to the target is always accepted: K+1 tokens per round
+        assert s.accepted == s.drafted and s.rounds == -(-len(expected) // (k + 1))
+    if draft == "unrelated" and mode == "model":
+        assert s.acceptance_rate < 0.2  # an unrelated random draft is almost always rejected
+        assert s.rounds > len(expected) * 0.8
+
+
+def test_repeat_requests_reuse_prefix_and_stay_identical(make_completer, reference):
+    prompt, expected = reference
+    c = make_completer("target")
+    first = c.generate_ids(prompt, max_tokens=48, k=4)
+    fed_after_first = c.target.fed_tokens
+    second = c.generate_ids(prompt, max_tokens=48, k=4)
+    assert first.tokens == second.tokens == expected
+    # The second request found the whole prompt cached: it prefilled nothing but the last prompt token.
+    assert second.stats.prefilled_tokens <= 1
+    assert c.target.fed_tokens - fed_after_first < len(prompt)
+
+
+def test_typing_one_character_prefills_few_tokens(make_completer, tiny_tokenizer):
+    c = make_completer("target")
+    c.complete(PREFIX, SUFFIX, max_tokens=8)
+    result = c.complete(PREFIX + "x", SUFFIX, max_tokens=8)
+    prompt_len = result.stats.prompt_tokens
+    # The FIM suffix follows the cursor, so it is re-evaluated; the prefix before the edit is reused.
+    suffix_tokens = len(tiny_tokenizer.encode(SUFFIX))
+    assert result.stats.prefilled_tokens <= suffix_tokens + 6
+    assert result.stats.prefilled_tokens < prompt_len / 2
+
+
+def test_max_tokens_eos_and_stop_strings(make_completer, reference, tiny_tokenizer):
+    prompt, expected = reference
+    c = make_completer("target")
+    r = c.generate_ids(prompt, max_tokens=5, k=8)
+    assert r.tokens == expected[:5] and r.stop_reason == "max_tokens"
+    # Treat the 3rd reference token as EOS: generation stops before it, on every K.
+    eos = expected[2]
+    c.eos_ids = [eos]
+    for k in (0, 1, 4):
+        r = c.generate_ids(prompt, max_tokens=48, k=k)
+        assert r.tokens == expected[: expected.index(eos)] and r.stop_reason == "eos"
+    c.eos_ids = []
+    text = tiny_tokenizer.decode(expected)
+    stop = text[3:5]
+    r = c.generate_ids(prompt, max_tokens=48, k=4, stop_strings=[stop])
+    assert r.stop_reason == "stop" and r.text == text[: text.index(stop)]
+
+
+def test_stop_predicate_and_streaming_prefixes(make_completer, reference, tiny_tokenizer):
+    prompt, expected = reference
+    c = make_completer("target")
+    full = c.generate_ids(prompt, max_tokens=48, k=3).text
+    partials: list[str] = []
+    cut_at = len(full) // 2
+    r = c.generate_ids(prompt, max_tokens=48, k=3, on_text=partials.append,
+                       stop_predicate=lambda text: cut_at if len(text) >= cut_at else None)
+    assert r.stop_reason == "stop" and r.tokens == expected[: len(r.tokens)]
+    # The tiny models emit stray bytes; the cut applies to the text decoded so far.
+    assert r.text == c.decode(r.tokens)[:cut_at].rstrip("\ufffd")
+    assert len(r.text) <= cut_at < len(full)
+    assert partials and partials[-1] == r.text
+    for a, b in itertools.pairwise(partials):
+        assert b.startswith(a) and len(b) > len(a)
+
+
+def test_cancellation_between_rounds(make_completer, reference):
+    prompt, _ = reference
+    c = make_completer("unrelated")
+    calls = {"n": 0}
+
+    def cancelled() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 2
+
+    r = c.generate_ids(prompt, max_tokens=48, k=2, cancelled=cancelled)
+    assert r.stop_reason == "cancelled" and r.stats.rounds == 2
+
+
+def test_draft_early_stop_on_low_confidence(make_completer, reference):
+    prompt, expected = reference
+    c = make_completer("unrelated", min_confidence=0.99)
+    r = c.generate_ids(prompt, max_tokens=48, k=8, draft_mode="model")
+    assert r.tokens == expected
+    assert r.stats.drafted < 8 * r.stats.rounds  # some rounds stopped drafting early
+
+
+def test_mismatched_vocabulary_is_a_clear_error(tiny_dirs, tiny_tokenizer):
+    from codecue.backends.torch_backend import TorchBackend
+    from codecue.completion import Completer
+
+    target = TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32")
+    draft = TorchBackend.from_pretrained(tiny_dirs["small_vocab"], dtype="float32")
+    with pytest.raises(ModelError, match="vocabulary"):
+        Completer(tiny_tokenizer, target, draft, names=("t.gguf", "d.gguf"))
+
+
+def test_ngram_proposer_finds_latest_repetition():
+    ngram = NgramProposer(max_ngram=3, min_ngram=2)
+    ctx = [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3]
+    assert ngram.propose(ctx, 2).tokens == [7, 8]  # the latest occurrence of (1, 2, 3) came before 7, 8
+    assert ngram.propose([4, 5, 6], 3).tokens == []
+    with_extra = NgramProposer(extra=[[4, 5, 6, 42, 43]])
+    assert with_extra.propose([0, 5, 6], 2).tokens == [42, 43]
+
+
+class MarkovBackend:
+    """A fake backend whose next-token logits depend only on the last token: exact distributions."""
+
+    name = "markov"
+
+    def __init__(self, table: torch.Tensor) -> None:
+        self.table = table
+        self.tokens: list[int] = []
+
+    @property
+    def vocab_size(self) -> int:
+        return self.table.shape[1]
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def max_length(self) -> int:
+        return 1 << 20
+
+    def forward(self, token_ids: Sequence[int]) -> torch.Tensor:
+        self.tokens.extend(token_ids)
+        return self.table[torch.tensor(list(token_ids))].clone()
+
+    def truncate(self, length: int) -> None:
+        del self.tokens[length:]
+
+    def reset(self) -> None:
+        self.tokens = []
+
+
+def test_generate_sampling_matches_target_distribution():
+    """The whole loop (draft model proposer + rejection sampling + rollback) at temperature 0.8."""
+    from tests.test_acceptance import _chi_square_p_value
+
+    vocab, steps, n = 4, 3, 6000
+    g = torch.Generator().manual_seed(7)
+    p_logits = torch.randn(vocab, vocab, generator=g) * 1.5
+    q_logits = torch.randn(vocab, vocab, generator=g) * 1.5
+    target = CachedSequence(MarkovBackend(p_logits))
+    draft_seq = CachedSequence(MarkovBackend(q_logits))
+    sample_gen = torch.Generator().manual_seed(11)
+    proposer = DraftModelProposer(draft_seq, SamplingSettings(0.8, 1.0, sample_gen))
+    counts: dict[tuple[int, ...], int] = {}
+    for i in range(n):
+        r = generate(target, proposer, [0], GenerationParams(max_new_tokens=steps, temperature=0.8, k=2, seed=i),
+                     decode=lambda ids: "")
+        counts[tuple(r.tokens)] = counts.get(tuple(r.tokens), 0) + 1
+    p = torch.softmax(p_logits / 0.8, -1)
+    outcomes = list(itertools.product(range(vocab), repeat=steps))
+    expected = []
+    for o in outcomes:
+        prob, prev = 1.0, 0
+        for t in o:
+            prob, prev = prob * float(p[prev, t]), t
+        expected.append(prob * n)
+    assert _chi_square_p_value([counts.get(o, 0) for o in outcomes], expected) > 0.001
+
+
+def test_deterministic_draft_in_sampling_mode_is_exact():
+    """An n-gram draft (q one-hot) must not bias sampling either."""
+    from tests.test_acceptance import _chi_square_p_value
+
+    vocab, n = 4, 6000
+    g = torch.Generator().manual_seed(3)
+    p_logits = torch.randn(vocab, vocab, generator=g)
+    target = CachedSequence(MarkovBackend(p_logits))
+
+    class Always1:
+        def propose(self, context, k):
+            return Draft([1] * k, None, "ngram")
+
+        def update(self, context, n_accepted):
+            pass
+
+    counts = [0] * vocab * vocab
+    for i in range(n):
+        r = generate(target, Always1(), [2], GenerationParams(max_new_tokens=2, temperature=1.0, k=3, seed=i),
+                     decode=lambda ids: "")
+        counts[r.tokens[0] * vocab + r.tokens[1]] += 1
+    p = torch.softmax(p_logits, -1)
+    expected = [float(p[2, a] * p[a, b]) * n for a in range(vocab) for b in range(vocab)]
+    assert _chi_square_p_value(counts, expected) > 0.001
