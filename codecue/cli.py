@@ -26,7 +26,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="codecue", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="codecue", description="CodeCue: local code completion with speculative decoding.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     except CodeCueError as exc:
         print(f"codecue: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `codecue ... | head`: the reader left; that is not an error
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("codecue: interrupted", file=sys.stderr)
         return 130

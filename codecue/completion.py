@@ -28,11 +28,11 @@ from codecue.engine.proposers import (
 )
 from codecue.engine.speculative import GenerationParams, GenerationResult, GenerationStats, generate
 from codecue.errors import CodeCueError, ModelError
+from codecue.options import DRAFT_MODES
 from codecue.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
-DRAFT_MODES = ("hybrid", "model", "ngram", "none")
 
 
 @dataclass

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 from codecue.backends.base import Backend, CachedSequence, common_prefix_length
 from codecue.errors import BackendUnavailable, CodeCueError
+from codecue.options import BACKENDS
 
 if TYPE_CHECKING:
     from codecue.models.resolve import ModelSource
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "torch", "llamacpp", "exllamav2")
 
 __all__ = ["Backend", "CachedSequence", "common_prefix_length", "create_backend", "cuda_available", "BACKENDS"]
 

@@ -28,7 +28,7 @@ from codecue.errors import BackendUnavailable, ModelError
 
 INSTALL_HINT = "install it with: pip install 'codecue[llamacpp]'"
 
-_GGML_LOG_LEVEL_ERROR = 3
+_GGML_LOG_LEVEL_ERROR = 4  # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 _GGML_LOG_LEVEL_CONT = 5
 
 _init_lock = threading.Lock()
@@ -141,11 +141,13 @@ class LlamaCppBackend:
         n_ctx: int = 4096,
         n_threads: int | None = None,
         n_batch: int = 512,
+        flash_attn: bool | None = None,
     ) -> LlamaCppBackend:
         """Load a GGUF file as it is (quantized weights stay quantized) into a context of ``n_ctx`` tokens.
 
         ``n_batch`` is the most tokens one ``llama_decode`` call takes; it must cover the largest verify
-        chunk and should match the engine's prefill chunk (longer inputs are split).
+        chunk and should match the engine's prefill chunk (longer inputs are split). ``flash_attn``:
+        ``None`` lets llama.cpp decide (its default), ``True``/``False`` force it on or off.
         """
         lib = _load_lib()
         path = Path(path).expanduser()
@@ -173,6 +175,10 @@ class LlamaCppBackend:
         context_params.n_threads = n_threads
         context_params.n_threads_batch = n_threads
         context_params.no_perf = True
+        if flash_attn is not None:
+            context_params.flash_attn_type = (
+                lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
         context = lib.llama_init_from_model(model, context_params)
         if not context:
             lib.llama_model_free(model)

@@ -6,8 +6,11 @@ On the CPU it can replace the target's linear layers by weight-only int8 ones (t
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
+import os
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +18,7 @@ from pathlib import Path
 import torch
 
 from codecue.errors import BackendUnavailable, ModelError
+from codecue.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,28 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
         raise ValueError(f"unknown dtype {dtype!r}; choose auto, float32, bfloat16, float16 or int8") from None
 
 
+def converted_cache_dir(gguf_path: Path, dtype: torch.dtype) -> Path:
+    """Where the dequantized copy of a GGUF file is kept: dequantizing takes a minute, loading seconds."""
+    stat = gguf_path.stat()
+    key = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_dir() / "converted" / f"{gguf_path.stem}-{str(dtype).removeprefix('torch.')}-{key}"
+
+
+def save_converted(model: torch.nn.Module, target: Path) -> None:
+    """Save next to the cache atomically (a directory rename); a failure only costs speed next time."""
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    try:
+        # The weights are plain tensors once dequantized; drop the GGUF marker that forbids saving them.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(str(tmp))
+        tmp.rename(target)
+    except (OSError, ValueError) as exc:
+        log.warning("could not cache the dequantized model at %s: %s", target, exc)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 class TorchBackend:
     """A transformers causal LM with a ``DynamicCache`` for one sequence."""
 
@@ -135,11 +161,18 @@ class TorchBackend:
         torch_dtype = resolve_dtype(dtype, device)
         if quantize == "int8":
             torch_dtype = torch.bfloat16
-        kwargs = {"dtype": torch_dtype}
+        kwargs: dict = {"dtype": torch_dtype}
+        converted = None
         if gguf_file:
-            kwargs["gguf_file"] = gguf_file
+            converted = converted_cache_dir(Path(path) / gguf_file, torch_dtype)
+            if (converted / "config.json").exists():
+                path, gguf_file = converted, None
+            else:
+                kwargs["gguf_file"] = gguf_file
         try:
             model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+            if gguf_file and converted is not None:
+                save_converted(model, converted)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             where = Path(path) / gguf_file if gguf_file else Path(path)
             raise ModelError(f"could not load model {where}: {str(exc).splitlines()[0]}",

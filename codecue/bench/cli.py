@@ -1,0 +1,126 @@
+"""``codecue bench``: speculative decoding vs target-only and peers, side by side in one run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from codecue.commands.common import add_model_arguments, config_from_args
+from codecue.errors import CodeCueError
+
+LANGUAGES = ["python", "javascript", "typescript", "go", "rust", "java", "c", "cpp"]
+DEFAULT_METHODS = ["target", "draft", "ngram", "hybrid", "hf-assisted"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--points", type=Path, help="JSONL file: one {path, line, character} per line")
+    parser.add_argument("--languages", nargs="+", choices=LANGUAGES, help="built-in corpus languages (default: all)")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--quick", action="store_true", help="one point per file (about 10 minutes on 2 cores)")
+    parser.add_argument("--per-file", type=int, default=None, help="points per corpus file (default 4; quick: 1)")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help=f"methods to run (default: {' '.join(DEFAULT_METHODS)})")
+    parser.add_argument("--json", dest="json_out", type=Path, help="write every run and the summary here")
+    parser.add_argument("--plot", type=Path, help="draw a PNG of speedups per language")
+    parser.add_argument("--replay", type=Path, help="keystroke-replay benchmark of the language server on FILE")
+    add_model_arguments(parser)
+
+
+def format_table(summaries: list, methods: list[str]) -> str:
+    rows = [("method", "language", "points", "identical", "accept", "tok/round", "TTFT ms", "TPOT ms", "speedup")]
+    order = {m: i for i, m in enumerate(methods)}
+    for s in sorted(summaries, key=lambda s: (s.language == "all", s.language, order.get(s.method, 99))):
+        rows.append((s.method, s.language, str(s.points), f"{s.identical}/{s.points}",
+                     "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}",
+                     "-" if s.tokens_per_round is None else f"{s.tokens_per_round:.2f}",
+                     f"{s.median_ttft_ms:.0f}", f"{s.median_tpot_ms:.1f}",
+                     "-" if s.median_speedup is None else f"{s.median_speedup:.2f}x"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def draw_plot(summaries: list, methods: list[str], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    langs = sorted({s.language for s in summaries if s.language != "all"}) + ["all"]
+    shown = [m for m in methods if m != "target"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(langs) * max(1, len(shown)) / 2), 4))
+    width = 0.8 / max(1, len(shown))
+    for j, method in enumerate(shown):
+        vals = []
+        for lang in langs:
+            s = next((s for s in summaries if s.method == method and s.language == lang), None)
+            vals.append(s.median_speedup if s and s.median_speedup else 0)
+        ax.bar([i + j * width for i in range(len(langs))], vals, width, label=method)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([i + width * (len(shown) - 1) / 2 for i in range(len(langs))], langs)
+    ax.set_ylabel("median TPOT speedup over target-only")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def run(args: argparse.Namespace) -> int:
+    from codecue.bench.points import builtin_points, load_points_file
+    from codecue.bench.runner import ENGINE_METHODS, PEER_METHODS, run_points, summarise
+    from codecue.completion import Completer
+
+    if args.replay:
+        from codecue.server.replay import main_from_args
+
+        return main_from_args(args)
+    methods = args.methods or DEFAULT_METHODS
+    unknown = [m for m in methods if m not in ENGINE_METHODS and m not in PEER_METHODS]
+    if unknown:
+        raise CodeCueError(f"unknown method(s) {unknown}",
+                           f"choose from {', '.join([*ENGINE_METHODS, *PEER_METHODS])}")
+    if "target" not in methods:
+        methods = ["target", *methods]  # the baseline every ratio is measured against
+    per_file = args.per_file or (1 if args.quick else 4)
+    points = load_points_file(args.points) if args.points else builtin_points(args.languages, per_file)
+    config = config_from_args(args)
+    config.draft_mode = "hybrid"  # load the draft; each method picks its own mode
+    started = time.perf_counter()
+    print(f"loading models (backend {config.backend}) ...", file=sys.stderr)
+    completer = Completer.load(config)
+    print(f"{len(points)} points x {len(methods)} methods, max {args.max_tokens} tokens, K={config.k}",
+          file=sys.stderr)
+    records = run_points(completer, points, methods, max_tokens=args.max_tokens, k=config.k,
+                         progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    summaries = summarise(records)
+    title = (f"codecue bench: {len(points)} points, {args.max_tokens} tokens, K={config.k}, "
+             f"backend {completer.target.backend.name}, {platform.machine()} {_cpu_count()} cores")
+    print(title)
+    print(format_table(summaries, methods))
+    elapsed = time.perf_counter() - started
+    print(f"({elapsed / 60:.1f} minutes)")
+    if args.json_out:
+        from dataclasses import asdict
+
+        from codecue.bench.runner import records_to_json
+        from codecue.paths import atomic_write_text
+
+        atomic_write_text(args.json_out, json.dumps({
+            "title": title, "methods": methods, "max_tokens": args.max_tokens, "k": config.k,
+            "backend": completer.target.backend.name, "elapsed_s": elapsed,
+            "summary": [asdict(s) for s in summaries], "runs": records_to_json(records)}, indent=1))
+    if args.plot:
+        draw_plot(summaries, methods, args.plot, title)
+    return 0
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -1,0 +1,172 @@
+"""Runs every method on every point, side by side in one process, and summarises.
+
+Each method starts from empty KV caches on every point, so each pays its own prefill and the numbers
+compare like with like. "identical" compares a method's tokens with target-only greedy on that point.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from codecue.bench.points import Point
+
+# method id -> (draft mode, description)
+ENGINE_METHODS: dict[str, tuple[str, str]] = {
+    "target": ("none", "target only, greedy (the baseline)"),
+    "draft": ("model", "speculative, draft model"),
+    "ngram": ("ngram", "speculative, n-gram prompt lookup"),
+    "hybrid": ("hybrid", "speculative, n-gram else draft model"),
+}
+PEER_METHODS = {"hf-assisted": "transformers' assisted generation (assistant_model=)"}
+
+
+@dataclass
+class RunRecord:
+    point: str
+    language: str
+    method: str
+    tokens: list[int]
+    text: str
+    ttft_ms: float
+    tpot_ms: float
+    total_ms: float
+    new_tokens: int
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    identical: bool | None = None
+    note: str = ""
+
+
+@dataclass
+class Summary:
+    method: str
+    language: str
+    points: int
+    identical: int
+    acceptance_rate: float | None
+    tokens_per_round: float | None
+    median_ttft_ms: float
+    median_tpot_ms: float
+    median_speedup: float | None  # median over points of target TPOT / method TPOT
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _TimingStreamer:
+    """A transformers streamer that only notes when the first generated token arrives."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.first_token_at: float | None = None
+
+    def put(self, value: Any) -> None:
+        self.calls += 1
+        if self.calls == 2 and self.first_token_at is None:  # call 1 is the prompt
+            self.first_token_at = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def run_hf_assisted(completer: Any, prompt: list[int], max_tokens: int) -> RunRecord | str:
+    """transformers' own assisted generation on the same two models; a reason string when impossible."""
+    import torch
+
+    target = getattr(completer.target.backend, "model", None)
+    draft = getattr(completer.draft.backend, "model", None) if completer.draft is not None else None
+    if target is None or draft is None:
+        return "needs the torch backend for both models"
+    ids = torch.tensor([prompt])
+    streamer = _TimingStreamer()
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft, do_sample=False,
+                              max_new_tokens=max_tokens, eos_token_id=list(completer.eos_ids),
+                              pad_token_id=completer.eos_ids[0], streamer=streamer)
+    t1 = time.perf_counter()
+    tokens = out[0, len(prompt):].tolist()
+    while tokens and tokens[-1] in completer.eos_ids:
+        tokens.pop()
+    first = streamer.first_token_at or t1
+    n = len(tokens)
+    return RunRecord("", "", "hf-assisted", tokens, completer.decode(tokens), (first - t0) * 1e3,
+                     (t1 - first) * 1e3 / (n - 1) if n > 1 else 0.0, (t1 - t0) * 1e3, n)
+
+
+def run_points(
+    completer: Any,
+    points: Sequence[Point],
+    methods: Sequence[str],
+    *,
+    max_tokens: int,
+    k: int,
+    progress: Callable[[str], None] = lambda msg: None,
+    extra_methods: dict[str, Callable[[Point, list[int]], RunRecord | str]] | None = None,
+) -> list[RunRecord]:
+    records: list[RunRecord] = []
+    extra_methods = extra_methods or {}
+    for i, point in enumerate(points, 1):
+        prompt = completer.build_prompt(point.prefix, point.suffix)
+        baseline: list[int] | None = None
+        for method in methods:
+            completer.reset_caches()
+            if method in ENGINE_METHODS:
+                mode = ENGINE_METHODS[method][0]
+                r = completer.generate_ids(prompt, max_tokens=max_tokens, k=0 if mode == "none" else k,
+                                           draft_mode=mode)
+                s = r.stats
+                rec = RunRecord(point.name, point.language, method, r.tokens, r.text, s.ttft_ms, s.tpot_ms,
+                                s.total_ms, s.new_tokens, s.drafted, s.accepted, s.rounds)
+            else:
+                runner = run_hf_assisted if method == "hf-assisted" else extra_methods.get(method)
+                if runner is None:
+                    raise ValueError(f"unknown method {method}")
+                out = (runner(completer, prompt, max_tokens) if method == "hf-assisted"
+                       else runner(point, prompt))
+                if isinstance(out, str):
+                    progress(f"  {method}: skipped ({out})")
+                    continue
+                rec = out
+                rec.point, rec.language = point.name, point.language
+            if method == "target":
+                baseline = rec.tokens
+            if baseline is not None:
+                rec.identical = rec.tokens == baseline[: len(rec.tokens)] and len(rec.tokens) == len(baseline)
+            records.append(rec)
+            progress(f"[{i}/{len(points)}] {point.language:<10} {point.name:<28} {method:<14} "
+                     f"{rec.new_tokens:>3} tok  ttft {rec.ttft_ms:7.0f} ms  tpot {rec.tpot_ms:6.1f} ms"
+                     + (f"  acc {rec.accepted}/{rec.drafted}" if rec.drafted else "")
+                     + ("" if rec.identical in (None, True) else "  DIFFERS"))
+    return records
+
+
+def summarise(records: Sequence[RunRecord], baseline_method: str = "target") -> list[Summary]:
+    base = {(r.point): r for r in records if r.method == baseline_method}
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in records:
+        groups.setdefault((r.method, r.language), []).append(r)
+        groups.setdefault((r.method, "all"), []).append(r)
+    out = []
+    for (method, language), rs in sorted(groups.items()):
+        drafted = sum(r.drafted for r in rs)
+        rounds = sum(r.rounds for r in rs)
+        speedups = [base[r.point].tpot_ms / r.tpot_ms for r in rs
+                    if r.point in base and r.tpot_ms > 0 and base[r.point].tpot_ms > 0]
+        out.append(Summary(
+            method=method, language=language, points=len(rs),
+            identical=sum(1 for r in rs if r.identical),
+            acceptance_rate=sum(r.accepted for r in rs) / drafted if drafted else None,
+            tokens_per_round=sum(r.new_tokens for r in rs) / rounds if rounds else None,
+            median_ttft_ms=statistics.median(r.ttft_ms for r in rs),
+            median_tpot_ms=statistics.median(r.tpot_ms for r in rs),
+            median_speedup=statistics.median(speedups) if speedups else None,
+        ))
+    return out
+
+
+def records_to_json(records: Sequence[RunRecord]) -> list[dict]:
+    return [asdict(r) for r in records]

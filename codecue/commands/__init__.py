@@ -1,0 +1,1 @@
+"""CLI subcommands that are not part of a bigger subsystem."""

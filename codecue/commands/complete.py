@@ -1,0 +1,73 @@
+"""``codecue complete FILE --line L --character C``: one completion, printed (or as JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from codecue.commands.common import add_model_arguments, config_from_args
+from codecue.errors import CodeCueError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, help="the source file")
+    parser.add_argument("--line", type=int, required=True, help="0-based line, as in LSP")
+    parser.add_argument("--character", type=int, required=True, help="0-based UTF-16 column, as in LSP")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--no-speculation", action="store_true", help="target only")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--stream", action="store_true", help="print text as it is verified")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_model_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from codecue.completion import Completer
+    from codecue.engine.fim import split_at
+
+    try:
+        text = args.file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CodeCueError(f"cannot read {args.file}: {exc}") from None
+    try:
+        prefix, suffix = split_at(text, args.line, args.character)
+    except ValueError as exc:
+        raise CodeCueError(f"{args.file}: {exc}") from None
+    if args.max_tokens < 1:
+        raise CodeCueError("--max-tokens must be at least 1")
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise CodeCueError("--temperature must be >= 0 and --top-p in (0, 1]")
+    config = config_from_args(args)
+    completer = Completer.load(config)
+    printed = {"n": 0}
+
+    def stream(so_far: str) -> None:
+        sys.stdout.write(so_far[printed["n"] :])
+        sys.stdout.flush()
+        printed["n"] = len(so_far)
+
+    result = completer.complete(prefix, suffix, max_tokens=args.max_tokens, temperature=args.temperature,
+                                top_p=args.top_p, seed=args.seed, on_text=stream if args.stream and not args.json else None)
+    s = result.stats
+    if args.json:
+        print(json.dumps({
+            "text": result.text, "tokens": result.tokens, "stop_reason": result.stop_reason,
+            "ttft_ms": round(s.ttft_ms, 2), "tpot_ms": round(s.tpot_ms, 2), "total_ms": round(s.total_ms, 2),
+            "drafted": s.drafted, "accepted": s.accepted, "acceptance_rate": round(s.acceptance_rate, 4),
+            "rounds": s.rounds, "histogram": s.histogram, "k": config.k, "speculative": s.speculative,
+            "draft_mode": config.draft_mode, "prompt_tokens": s.prompt_tokens,
+            "backend": completer.target.backend.name,
+        }))
+    else:
+        if args.stream:
+            stream(result.text)
+            print()
+        else:
+            print(result.text)
+        print(f"[{s.new_tokens} tokens, ttft {s.ttft_ms:.0f} ms, tpot {s.tpot_ms:.1f} ms, "
+              f"accepted {s.accepted}/{s.drafted}, {result.stop_reason}]", file=sys.stderr)
+    return 0

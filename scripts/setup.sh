@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Set up CodeCue on a fresh machine: .venv at the repository root, every dependency, the default
+# models, then one real completion on examples/stats.py.
+#   bash scripts/setup.sh            # everything, ending with a real completion
+#   bash scripts/setup.sh --no-demo  # install only (what scripts/test.sh uses)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+demo=1
+[ "${1:-}" = "--no-demo" ] && demo=0
+PY=${PYTHON:-python3}
+step() { printf '\n== %s\n' "$*"; }
+
+if [ ! -x .venv/bin/python ]; then
+  step "creating .venv"
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+"$VPY" -m pip install -q --upgrade pip
+
+# torch first, pinned to the CPU build this machine keeps on disk: a bare `torch` requirement would pull
+# a multi-GB CUDA build.
+if ! "$VPY" -c 'import torch' 2>/dev/null; then
+  step "installing torch 2.13.0 (CPU build)"
+  "$VPY" -m pip install -q torch==2.13.0
+fi
+
+step "installing codecue and its dependencies"
+"$VPY" -m pip install -q -e '.[dev]'
+
+# llama.cpp is compiled from source by llama-cpp-python (about 6 minutes on 2 cores, once: pip keeps the
+# built wheel in its cache). Without it CodeCue falls back to the torch backend.
+if ! "$VPY" -c 'import llama_cpp' 2>/dev/null; then
+  step "building llama-cpp-python (compiles llama.cpp; ~6 min on 2 cores the first time)"
+  start=$(date +%s)
+  if CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+     "$VPY" -m pip install -q 'llama-cpp-python>=0.3.8,<0.4'; then
+    echo "llama-cpp-python ready in $(( $(date +%s) - start )) s"
+  else
+    echo "WARNING: llama-cpp-python failed to build; CodeCue will use the torch backend." >&2
+  fi
+fi
+
+step "fetching the default models (target Qwen2.5-Coder-1.5B Q4_K_M, draft 0.5B Q5_0)"
+.venv/bin/codecue models pull
+
+if [ "$demo" = 1 ]; then
+  step "a real completion: examples/stats.py, line 16, character 4"
+  .venv/bin/codecue complete examples/stats.py --line 16 --character 4 --max-tokens 48
+  echo
+  echo "Done. Try: .venv/bin/codecue complete FILE --line L --character C   (or see README.md)"
+fi
