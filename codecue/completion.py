@@ -93,6 +93,22 @@ def special_token_ids(tokenizer) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
+def check_same_tokenizer(target: Any, draft: Any) -> None:
+    """Draft and target must share a tokenizer, or the draft's token ids mean other words. Checked
+    before loading anything (cheap for GGUF: the token list's hash from the header)."""
+    if target.kind != "gguf" or draft.kind != "gguf":
+        return  # HF/EXL2 pairs are checked by vocabulary size once loaded
+    from codecue.models.resolve import read_gguf_vocab
+
+    t, d = read_gguf_vocab(target.path), read_gguf_vocab(draft.path)
+    if t.vocab_size != d.vocab_size or (t.tokens_sha256 and d.tokens_sha256 and t.tokens_sha256 != d.tokens_sha256):
+        raise ModelError(
+            f"draft {draft.path} does not share the tokenizer of target {target.path} "
+            f"({d.vocab_size} vs {t.vocab_size} tokens{', different token lists' if t.vocab_size == d.vocab_size else ''})",
+            "pick a draft from the same model family, or run with --draft-mode ngram",
+        )
+
+
 class Completer:
     """Holds the models and their caches; one completion at a time (``lock``)."""
 
@@ -125,6 +141,8 @@ class Completer:
         target_src = resolve_model(config.target, "target")
         need_draft = config.draft_mode in ("hybrid", "model")
         draft_src = resolve_model(config.draft, "draft") if need_draft else None
+        if draft_src is not None:
+            check_same_tokenizer(target_src, draft_src)
         tokenizer = load_tokenizer(target_src)
         target = create_backend(target_src, config.backend, dtype=config.dtype, device=config.device,
                                 n_ctx=config.n_ctx)

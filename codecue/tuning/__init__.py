@@ -1,0 +1,42 @@
+"""The draft-depth (K) policy: per (language, context class), from a tuned profile and online acceptance.
+
+``KPolicy.k_for(language, context_class)`` answers the K for a request (0 = speculation off) and
+``KPolicy.observe(...)`` takes each verification round's outcome. Profiles are TOML
+(:mod:`codecue.tuning.profile`); ``codecue tune`` (:mod:`codecue.tuning.cli`) measures and writes them.
+"""
+
+from codecue.tuning.policy import (
+    DEFAULT_K_MAX,
+    CostModel,
+    KPolicy,
+    PolicySettings,
+    best_k,
+    expected_speedup,
+    expected_tokens,
+)
+from codecue.tuning.profile import (
+    ClassProfile,
+    Profile,
+    default_profile,
+    dumps_profile,
+    load_profile,
+    save_profile,
+    user_profile_path,
+)
+
+__all__ = [
+    "DEFAULT_K_MAX",
+    "ClassProfile",
+    "CostModel",
+    "KPolicy",
+    "PolicySettings",
+    "Profile",
+    "best_k",
+    "default_profile",
+    "dumps_profile",
+    "expected_speedup",
+    "expected_tokens",
+    "load_profile",
+    "save_profile",
+    "user_profile_path",
+]

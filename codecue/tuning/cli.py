@@ -1,0 +1,209 @@
+"""``codecue tune [--languages ...] [--corpus DIR]``: measure acceptance per language and context class
+with the real model pair, and the cost ratios on this machine; write the K profile (TOML, atomically).
+
+``--from-measurements FILE`` rebuilds the profile from a previous run's measurements (``--measurements``
+writes them) without loading models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from codecue.errors import CodeCueError
+
+DEFAULT_CORPUS = Path(__file__).with_name("corpus")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from codecue.commands.common import add_model_arguments
+
+    parser.add_argument(
+        "--languages", nargs="+", metavar="LANG", help="languages to tune (default: every language in the corpus)"
+    )
+    parser.add_argument(
+        "--corpus", type=Path, default=DEFAULT_CORPUS, help="directory of source files (default: the shipped corpus)"
+    )
+    parser.add_argument("--output", type=Path, help="profile to write (default: the user's profile.toml)")
+    parser.add_argument("--per-class", type=int, default=6, help="cursor positions per context class and file")
+    parser.add_argument("--max-tokens", type=int, default=48, help="tokens per completion while measuring")
+    parser.add_argument("--k-max", type=int, default=12, help="the largest K the profile may choose")
+    parser.add_argument("--min-rounds", type=int, default=20, help="rounds needed before a class's K is tuned")
+    parser.add_argument("--seed", type=int, default=0, help="seed for choosing cursor positions")
+    parser.add_argument("--measurements", type=Path, help="also write the raw measurements (JSON) here")
+    parser.add_argument("--from-measurements", type=Path, help="build the profile from saved measurements")
+    parser.add_argument("--dry-run", action="store_true", help="print the profile instead of writing it")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_model_arguments(parser)
+    # Measuring: a deep fixed K shows how far acceptance runs; the draft model alone is what K sizes.
+    parser.set_defaults(k=8, draft_mode="model")
+
+
+def corpus_files(corpus: Path, languages: list[str] | None) -> list[tuple[Path, str]]:
+    """(path, grammar id) of the corpus files in the wanted languages, sorted."""
+    from codecue.context.languages import get_grammar, language_for_path
+
+    if not corpus.is_dir():
+        raise CodeCueError(f"corpus directory {corpus} does not exist", "pass --corpus DIR")
+    wanted = None
+    if languages:
+        wanted = set()
+        for name in languages:
+            for part in name.split(","):
+                if part.strip():
+                    wanted.add(get_grammar(part.strip()).language)
+    files = []
+    for path in sorted(corpus.rglob("*")):
+        if not path.is_file():
+            continue
+        grammar_id = language_for_path(path)
+        if grammar_id is None:
+            continue
+        if wanted is not None and get_grammar(grammar_id).language not in wanted:
+            continue
+        files.append((path, grammar_id))
+    if not files:
+        raise CodeCueError(f"no source files for {', '.join(sorted(wanted or [])) or 'any language'} in {corpus}")
+    return files
+
+
+def _measurements_to_json(tallies: dict, costs: Any, meta: dict[str, Any]) -> str:
+    return json.dumps(
+        {
+            "costs": {
+                "draft_cost": costs.draft_cost,
+                "verify_per_token": costs.verify_per_token,
+                "verify_costs": list(costs.verify_costs),
+            },
+            "tallies": [
+                {"language": language, "class": context_class, **vars(tally)}
+                for (language, context_class), tally in sorted(tallies.items())
+            ],
+            **meta,
+        },
+        indent=2,
+    )
+
+
+def _measurements_from_json(path: Path) -> tuple[dict, Any, dict[str, str]]:
+    from codecue.tuning.policy import CostModel
+    from codecue.tuning.tuner import Tally
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        costs = CostModel(
+            float(data["costs"]["draft_cost"]),
+            float(data["costs"]["verify_per_token"]),
+            tuple(float(c) for c in data["costs"].get("verify_costs", [])),
+        )
+        tallies = {}
+        for row in data["tallies"]:
+            tally = Tally(int(row["rounds"]), int(row["drafted"]), int(row["accepted"]), int(row["rejections"]))
+            if not 0 <= tally.accepted <= tally.drafted or tally.rejections > tally.rounds:
+                raise ValueError(f"inconsistent counts for {row['language']}/{row['class']}")
+            tallies[(str(row["language"]), str(row["class"]))] = tally
+        models = {str(k): str(v) for k, v in data.get("models", {}).items()}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CodeCueError(f"cannot use measurements {path}: {exc}") from None
+    return tallies, costs, models
+
+
+def format_table(profile: Any, languages: set[str] | None = None) -> str:
+    """The profile as a table (only ``languages`` when given)."""
+    from codecue.context.languages import CONTEXT_CLASSES
+
+    rows = [f"{'language':<12} {'class':<16} {'K':>3} {'accept':>7} {'rounds':>7} {'speedup':>8}"]
+    for language in sorted(profile.languages):
+        if languages is not None and language not in languages:
+            continue
+        for context_class in CONTEXT_CLASSES:
+            entry = profile.entry(language, context_class)
+            if entry is None:
+                continue
+            acceptance = f"{entry.acceptance:.3f}" if entry.acceptance is not None else "-"
+            speedup = f"{entry.speedup:.2f}x" if entry.speedup is not None else "-"
+            rows.append(
+                f"{language:<12} {context_class:<16} {entry.k:>3} {acceptance:>7} {entry.samples:>7} {speedup:>8}"
+            )
+    costs = profile.costs
+    rows.append(
+        f"costs: draft step {costs.draft_cost:.3f}, verify K=4 {costs.verify_cost(4):.3f} (target step = 1)"
+    )
+    return "\n".join(rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    from codecue.context.languages import get_grammar
+    from codecue.tuning.profile import default_profile, dumps_profile, save_profile, user_profile_path
+    from codecue.tuning.tuner import build_profile, measure_acceptance, measure_costs
+
+    if not 1 <= args.k_max <= 64 or args.per_class < 1 or args.max_tokens < 1 or args.min_rounds < 0:
+        raise CodeCueError("--k-max must be in 1..64, --per-class and --max-tokens at least 1")
+    if args.from_measurements is not None:
+        tallies, costs, models = _measurements_from_json(args.from_measurements)
+        if args.languages:
+            keep = {get_grammar(name).language for name in args.languages}
+            tallies = {key: tally for key, tally in tallies.items() if key[0] in keep}
+    else:
+        files = corpus_files(args.corpus, args.languages)
+        try:
+            from codecue.commands.common import config_from_args
+            from codecue.completion import Completer
+        except ImportError as exc:
+            raise CodeCueError(
+                f"the speculative engine is not available ({exc})", "codecue tune needs codecue.completion"
+            ) from None
+        if not 1 <= args.k <= args.k_max:
+            raise CodeCueError(f"--k (the K used while measuring) must be in 1..{args.k_max}")
+        config = config_from_args(args)
+        config.k = args.k
+        completer = Completer.load(config)
+        if completer.draft is None:
+            raise CodeCueError("tuning needs a draft model", "do not use --draft-mode ngram/none")
+        log = (lambda message: print(message, file=sys.stderr)) if not args.json else None
+        if log:
+            log(f"measuring costs, then acceptance on {len(files)} files with K={args.k}")
+        costs = measure_costs(completer, files[0][0].read_text(encoding="utf-8", errors="replace"), k_max=args.k_max)
+        measured = measure_acceptance(
+            completer,
+            files,
+            probe_k=args.k,
+            max_tokens=args.max_tokens,
+            per_class=args.per_class,
+            draft_mode=args.draft_mode,
+            seed=args.seed,
+            progress=log,
+        )
+        tallies = measured.tallies
+        models = {"target": completer.names[0], "draft": str(completer.names[1]), "backend": args.backend}
+        if args.measurements is not None:
+            from codecue.paths import atomic_write_text
+
+            atomic_write_text(args.measurements, _measurements_to_json(tallies, costs, {"models": models}))
+
+    profile = build_profile(
+        tallies,
+        costs,
+        k_max=args.k_max,
+        min_rounds=args.min_rounds,
+        default_k=lambda language, context_class: get_grammar(language).default_k(context_class),
+        base=default_profile(),
+        models=models,
+    )
+    measured = {language for language, _ in tallies}
+    table = format_table(profile, measured)
+    if args.json:
+        print(json.dumps({"profile": dumps_profile(profile), "table": table}))
+    else:
+        print(table)
+    if args.dry_run:
+        if not args.json:
+            print(dumps_profile(profile))
+        return 0
+    path = save_profile(profile, args.output if args.output is not None else user_profile_path())
+    if not args.json:
+        print(f"wrote {path}")
+    return 0

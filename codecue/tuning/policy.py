@@ -1,0 +1,295 @@
+"""The draft-depth policy: K per (language, context class), from a profile and from observed acceptance.
+
+The model (Leviathan et al., 2023): each draft token is accepted with probability ``alpha``, independently,
+until the first rejection. A round that drafts K tokens then yields on average
+
+    E[tokens](K) = 1 + alpha + ... + alpha^K = (1 - alpha^(K+1)) / (1 - alpha)
+
+tokens (the accepted drafts plus the target's own token) and costs ``K * draft_cost + verify_cost(K)``,
+in units of one target forward step of one token. Target-only decoding (K = 0) yields 1 token per unit.
+The policy picks the K with the most expected tokens per unit cost; when no K >= 1 beats 1 (expected
+speedup below 1), speculation is off (K = 0) for that class, and one request in ``probe_every`` drafts
+anyway so that the estimate can recover.
+
+Acceptance is estimated online with exponential forgetting: each round adds its accepted tokens and its
+*tested* tokens (accepted ones plus the rejected one, if any; drafts after a rejection were never tested)
+to decaying sums, so the estimate follows a user whose code changes style, with the profile's measured
+rate as a prior.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from codecue.errors import CodeCueError
+
+if TYPE_CHECKING:
+    from codecue.tuning.profile import Profile
+
+DEFAULT_K_MAX = 12
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Costs relative to one target forward step over one token (1.0).
+
+    ``verify_costs[k]``, when measured, is the cost of one target pass over k+1 positions (k drafts plus the
+    pending token); entry 0 is 1.0 by definition. Past the table's end, and without a table, the cost
+    grows linearly by ``verify_per_token`` per drafted token.
+    """
+
+    draft_cost: float = 0.3
+    verify_per_token: float = 0.05
+    verify_costs: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.draft_cost) and self.draft_cost >= 0):
+            raise ValueError(f"draft_cost must be a finite number >= 0, got {self.draft_cost}")
+        if not (math.isfinite(self.verify_per_token) and self.verify_per_token >= 0):
+            raise ValueError(f"verify_per_token must be a finite number >= 0, got {self.verify_per_token}")
+        if any(not (math.isfinite(c) and c > 0) for c in self.verify_costs):
+            raise ValueError(f"verify_costs must be finite and > 0, got {list(self.verify_costs)}")
+        if self.verify_costs and abs(self.verify_costs[0] - 1.0) > 1e-9:
+            raise ValueError("verify_costs[0] is one target step and must be 1.0 (costs are relative to it)")
+
+    def verify_cost(self, k: int) -> float:
+        """Cost of the target pass that verifies ``k`` drafted tokens."""
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        table = self.verify_costs
+        if k < len(table):
+            return table[k]
+        if len(table) >= 2:
+            slope = max(table[-1] - table[-2], 0.0)
+            return table[-1] + slope * (k - len(table) + 1)
+        if table:
+            return table[-1] + self.verify_per_token * (k - len(table) + 1)
+        return 1.0 + self.verify_per_token * k
+
+    def round_cost(self, k: int) -> float:
+        """Cost of one speculative round: ``k`` draft steps plus the verification pass."""
+        return k * self.draft_cost + self.verify_cost(k)
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Expected tokens a round yields with per-token acceptance ``alpha`` and ``k`` drafted tokens."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"acceptance must be in [0, 1], got {alpha}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_speedup(alpha: float, k: int, costs: CostModel) -> float:
+    """Expected tokens per unit cost relative to target-only decoding (which makes 1 token per unit)."""
+    return expected_tokens(alpha, k) / costs.round_cost(k)
+
+
+def best_k(alpha: float, costs: CostModel, k_max: int = DEFAULT_K_MAX) -> tuple[int, float]:
+    """The K in 0..k_max with the highest expected speedup, and that speedup.
+
+    K = 0 (speculation off) wins whenever no K >= 1 reaches a speedup of 1. Ties go to the smaller K.
+    """
+    best, best_speedup = 0, 1.0
+    for k in range(1, k_max + 1):
+        speedup = expected_speedup(alpha, k, costs)
+        if speedup > best_speedup + 1e-12:
+            best, best_speedup = k, speedup
+    return best, best_speedup
+
+
+@dataclass
+class _ClassState:
+    k: int  # the current choice
+    accepted: float = 0.0  # exponentially weighted sums (the prior is part of them)
+    tested: float = 0.0
+    rounds: int = 0  # rounds observed in this process
+    calls_while_off: int = 0
+
+
+@dataclass
+class PolicySettings:
+    """How the policy adapts. Validated once, at construction."""
+
+    k_max: int = DEFAULT_K_MAX
+    halflife_rounds: float = 200.0  # an observation counts half after this many later rounds
+    prior_weight: float = 20.0  # the profile's acceptance counts like this many tested tokens
+    min_rounds: int = 8  # rounds observed before the profile's K gives way to the online estimate
+    probe_every: int = 50  # while a class is off, one request in this many drafts anyway
+    probe_k: int = 2
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.k_max <= 64:
+            raise ValueError(f"k_max must be in 1..64, got {self.k_max}")
+        if not self.halflife_rounds > 0:
+            raise ValueError("halflife_rounds must be > 0")
+        if self.prior_weight < 0 or self.min_rounds < 0:
+            raise ValueError("prior_weight and min_rounds must be >= 0")
+        if self.probe_every < 1 or not 1 <= self.probe_k <= self.k_max:
+            raise ValueError("probe_every must be >= 1 and probe_k in 1..k_max")
+
+    @property
+    def decay(self) -> float:
+        return 0.5 ** (1.0 / self.halflife_rounds)
+
+
+def _grammar_default_k(language: str, context_class: str) -> int:
+    from codecue.context.languages import get_grammar
+
+    try:
+        return get_grammar(language).default_k(context_class)
+    except CodeCueError:
+        return 4
+
+
+def _canonical_language(language: str) -> str:
+    """Profiles are keyed by the grammar folder: "tsx" and "typescriptreact" share "typescript"."""
+    from codecue.context.languages import get_grammar
+
+    try:
+        return get_grammar(language).language
+    except CodeCueError:
+        return language
+
+
+@dataclass
+class KPolicy:
+    """K per (language, context class): the profile's choice, then the online estimate.
+
+    Thread-safe: the language server asks ``k_for`` per request and reports ``observe`` per round.
+    """
+
+    profile: Profile | None = None
+    settings: PolicySettings = field(default_factory=PolicySettings)
+    default_k: Callable[[str, str], int] = _grammar_default_k
+
+    def __post_init__(self) -> None:
+        from codecue.tuning.profile import Profile
+
+        if self.profile is None:
+            self.profile = Profile()
+        self._states: dict[tuple[str, str], _ClassState] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def costs(self) -> CostModel:
+        assert self.profile is not None
+        return self.profile.costs
+
+    @costs.setter
+    def costs(self, costs: CostModel) -> None:
+        assert self.profile is not None
+        with self._lock:
+            self.profile.costs = costs
+            for state in self._states.values():
+                if state.rounds >= self.settings.min_rounds:
+                    state.k = self._model_k(state)
+
+    def draft_cost(self) -> float:
+        return self.costs.draft_cost
+
+    def verify_cost(self, k: int) -> float:
+        return self.costs.verify_cost(k)
+
+    # -- state -------------------------------------------------------------------------------------
+    def _state(self, language: str, context_class: str) -> _ClassState:
+        key = (_canonical_language(language), context_class)
+        state = self._states.get(key)
+        if state is None:
+            assert self.profile is not None
+            entry = self.profile.entry(*key)
+            k = entry.k if entry is not None else self.default_k(*key)
+            state = _ClassState(k=min(max(k, 0), self.settings.k_max))
+            if entry is not None and entry.acceptance is not None:
+                state.accepted = entry.acceptance * self.settings.prior_weight
+                state.tested = self.settings.prior_weight
+            self._states[key] = state
+        return state
+
+    def _model_k(self, state: _ClassState) -> int:
+        alpha = state.accepted / state.tested if state.tested > 0 else 0.0
+        return best_k(alpha, self.costs, self.settings.k_max)[0]
+
+    # -- the two calls the server makes ------------------------------------------------------------------
+    def k_for(self, language: str, context_class: str) -> int:
+        """The draft depth for a request; 0 means target-only decoding (speculation off)."""
+        with self._lock:
+            state = self._state(language, context_class)
+            if state.k > 0:
+                state.calls_while_off = 0
+                return state.k
+            state.calls_while_off += 1
+            if state.calls_while_off >= self.settings.probe_every:
+                state.calls_while_off = 0
+                return self.settings.probe_k  # measure again: the class may have become predictable
+            return 0
+
+    def observe(self, language: str, context_class: str, drafted: int, accepted: int) -> None:
+        """Report one verification round: ``drafted`` tokens proposed, the first ``accepted`` kept."""
+        if drafted < 0 or accepted < 0 or accepted > drafted:
+            raise ValueError(f"need 0 <= accepted <= drafted, got drafted={drafted} accepted={accepted}")
+        if drafted == 0:
+            return
+        with self._lock:
+            state = self._state(language, context_class)
+            decay = self.settings.decay
+            tested = accepted + (1 if accepted < drafted else 0)
+            state.accepted = state.accepted * decay + accepted
+            state.tested = state.tested * decay + tested
+            state.rounds += 1
+            if state.rounds >= self.settings.min_rounds:
+                state.k = self._model_k(state)
+
+    # -- introspection -----------------------------------------------------------------------------
+    def acceptance(self, language: str, context_class: str) -> float | None:
+        """The current per-token acceptance estimate, or None with neither a prior nor observations."""
+        with self._lock:
+            state = self._state(language, context_class)
+            return state.accepted / state.tested if state.tested > 0 else None
+
+    def expected_speedup(self, language: str, context_class: str) -> float | None:
+        """The expected speedup at the current K (None without an acceptance estimate)."""
+        alpha = self.acceptance(language, context_class)
+        if alpha is None:
+            return None
+        with self._lock:
+            k = self._state(language, context_class).k
+        return expected_speedup(alpha, k, self.costs)
+
+    def snapshot(self) -> Profile:
+        """The profile as adapted so far (what ``save`` writes)."""
+        from codecue.tuning.profile import ClassProfile
+
+        assert self.profile is not None
+        with self._lock:
+            profile = self.profile.copy()
+            for (language, context_class), state in self._states.items():
+                if state.rounds == 0:
+                    continue
+                alpha = state.accepted / state.tested if state.tested > 0 else None
+                speedup = expected_speedup(alpha, state.k, self.costs) if alpha is not None else None
+                previous = profile.entry(language, context_class)
+                samples = (previous.samples if previous else 0) + state.rounds
+                profile.set_entry(language, context_class, ClassProfile(state.k, alpha, samples, speedup))
+            return profile
+
+    # -- persistence -------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | None = None, settings: PolicySettings | None = None) -> KPolicy:
+        """A policy from the user's profile (or ``path``); a broken profile logs a warning, gives defaults."""
+        from codecue.tuning.profile import load_profile
+
+        profile = load_profile(path)
+        settings = settings or PolicySettings(k_max=profile.k_max)
+        return cls(profile=profile, settings=settings)
+
+    def save(self, path: str | None = None) -> None:
+        from codecue.tuning.profile import save_profile, user_profile_path
+
+        save_profile(self.snapshot(), path if path is not None else user_profile_path())

@@ -1,0 +1,81 @@
+"""``codecue explain`` and the context micro-benchmark script."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from codecue.cli import main
+from codecue.tuning import ClassProfile, Profile, save_profile
+
+
+@pytest.fixture(autouse=True)
+def private_config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    config = tmp_path / "config"
+    monkeypatch.setenv("CODECUE_CONFIG_DIR", str(config))
+    return config
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_explain_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "a.py", "def f(x):\n    return g(x, )\n")
+    assert main(["explain", str(path), "--line", "1", "--character", "16", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["context_class"] == "call_arguments"
+    assert result["scope"] == "line"
+    assert result["language"] == "python"
+    assert result["k"] == 5  # the shipped default profile
+    assert result["indentation"] == "    "
+
+
+def test_explain_uses_the_user_profile(tmp_path: Path, private_config_dir: Path, capsys) -> None:
+    profile = Profile()
+    profile.set_entry("typescript", "type_annotation", ClassProfile(0, 0.1, 100, 1.0))
+    save_profile(profile, private_config_dir / "profile.toml")
+    path = write(tmp_path, "c.tsx", "function C(props: ) {\n  return <div />;\n}\n")
+    assert main(["explain", str(path), "--line", "0", "--character", "18"]) == 0
+    out = capsys.readouterr().out
+    assert "type_annotation" in out
+    assert "K              0 (speculation off)" in out
+    assert "(tsx)" in out
+
+
+def test_explain_with_a_corrupt_profile_warns_and_works(tmp_path: Path, private_config_dir: Path, capsys) -> None:
+    private_config_dir.mkdir(parents=True)
+    (private_config_dir / "profile.toml").write_text("k_max = [broken")
+    path = write(tmp_path, "a.go", "package main\n\nfunc main() {\n\t\n}\n")
+    assert main(["explain", str(path), "--line", "3", "--character", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "warning" in captured.err and "not valid TOML" in captured.err
+    result = json.loads(captured.out)
+    assert result["context_class"] == "block_start" and result["scope"] == "block" and result["k"] == 4
+
+
+def test_explain_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "a.py", "x = 1\n")
+    assert main(["explain", str(path), "--line", "7", "--character", "0"]) == 1
+    assert "past the end" in capsys.readouterr().err
+    assert main(["explain", str(tmp_path / "missing.py"), "--line", "0", "--character", "0"]) == 1
+    assert "cannot read" in capsys.readouterr().err
+    notes = write(tmp_path, "notes.txt", "hello\n")
+    assert main(["explain", str(notes), "--line", "0", "--character", "0"]) == 1
+    assert "--language" in capsys.readouterr().err
+    assert main(["explain", str(notes), "--line", "0", "--character", "5", "--language", "python"]) == 0
+
+
+def test_bench_script_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    from codecue.context import bench
+
+    result = bench.run_benchmark(lines=200, samples=5)
+    assert result["lines"] == 200
+    assert result["context_median_ms"] > 0 and result["reparse_median_ms"] > 0
+    assert bench.main(["--lines", "100", "--samples", "3"]) == 0
+    assert "median" in capsys.readouterr().out
+    assert bench.generate_source(2000).count("\n") == 2000

@@ -1,0 +1,192 @@
+"""The K policy: expected tokens per cost, the choice of K, the off switch, online adaptation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from codecue.tuning import (
+    ClassProfile,
+    CostModel,
+    KPolicy,
+    PolicySettings,
+    Profile,
+    best_k,
+    expected_speedup,
+    expected_tokens,
+)
+
+
+def brute_force_expected_tokens(alpha: float, k: int) -> float:
+    """Sum over the number n of accepted drafts: P(n) * (n + 1)."""
+    total = 0.0
+    for n in range(k + 1):
+        p = alpha**n * ((1 - alpha) if n < k else 1.0)
+        total += p * (n + 1)
+    return total
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.1, 0.5, 0.77, 0.95, 1.0])
+@pytest.mark.parametrize("k", [0, 1, 2, 5, 12])
+def test_expected_tokens_matches_the_distribution(alpha: float, k: int) -> None:
+    assert expected_tokens(alpha, k) == pytest.approx(brute_force_expected_tokens(alpha, k))
+
+
+def test_expected_tokens_simulated() -> None:
+    rng = random.Random(3)
+    alpha, k, rounds = 0.7, 6, 20000
+    produced = 0
+    for _ in range(rounds):
+        accepted = 0
+        while accepted < k and rng.random() < alpha:
+            accepted += 1
+        produced += accepted + 1
+    assert produced / rounds == pytest.approx(expected_tokens(alpha, k), rel=0.02)
+
+
+def test_expected_tokens_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        expected_tokens(1.2, 3)
+    with pytest.raises(ValueError):
+        expected_tokens(0.5, -1)
+
+
+def test_cost_model_linear_and_measured() -> None:
+    linear = CostModel(draft_cost=0.2, verify_per_token=0.05)
+    assert linear.verify_cost(0) == 1.0
+    assert linear.verify_cost(4) == pytest.approx(1.2)
+    assert linear.round_cost(4) == pytest.approx(4 * 0.2 + 1.2)
+    measured = CostModel(draft_cost=0.2, verify_costs=(1.0, 1.1, 1.15, 1.3))
+    assert measured.verify_cost(2) == pytest.approx(1.15)
+    assert measured.verify_cost(5) == pytest.approx(1.3 + 2 * 0.15)  # extrapolates the last step
+    with pytest.raises(ValueError, match="verify_costs\\[0\\]"):
+        CostModel(verify_costs=(1.2, 1.3))
+    with pytest.raises(ValueError, match="draft_cost"):
+        CostModel(draft_cost=-0.1)
+    with pytest.raises(ValueError, match="draft_cost"):
+        CostModel(draft_cost=float("nan"))
+
+
+def test_speedup_is_tokens_per_cost() -> None:
+    costs = CostModel(draft_cost=0.25, verify_per_token=0.0)
+    assert expected_speedup(0.8, 3, costs) == pytest.approx((1 + 0.8 + 0.64 + 0.512) / (1 + 0.75))
+    assert expected_speedup(0.5, 0, costs) == pytest.approx(1.0)
+
+
+def test_best_k_maximises_expected_speedup() -> None:
+    costs = CostModel(draft_cost=0.1, verify_per_token=0.02)
+    for alpha in (0.3, 0.6, 0.8, 0.9, 0.97):
+        k, speedup = best_k(alpha, costs, k_max=16)
+        speedups = [expected_speedup(alpha, j, costs) for j in range(17)]
+        assert speedup == pytest.approx(max(speedups))
+        assert k == speedups.index(max(speedups))
+    # Better acceptance never asks for a shallower draft.
+    ks = [best_k(a / 20, costs, 16)[0] for a in range(21)]
+    assert ks == sorted(ks)
+    assert ks[-1] == 16  # alpha = 1: draft as deep as allowed
+
+
+def test_off_switch_at_the_break_even_acceptance() -> None:
+    # With a flat verification cost, K = 1 breaks even when alpha equals the draft cost.
+    costs = CostModel(draft_cost=0.25, verify_per_token=0.0)
+    assert best_k(0.24, costs) == (0, 1.0)
+    k, speedup = best_k(0.26, costs)
+    assert k >= 1 and speedup > 1.0
+    # Expensive drafts: even good acceptance is not worth it.
+    assert best_k(0.9, CostModel(draft_cost=1.0, verify_per_token=0.1))[0] == 0
+
+
+def test_policy_uses_profile_then_defaults() -> None:
+    profile = Profile()
+    profile.set_entry("python", "call_arguments", ClassProfile(k=7))
+    policy = KPolicy(profile=profile)
+    assert policy.k_for("python", "call_arguments") == 7
+    assert policy.k_for("python", "comment") == 2  # grammars/python/settings.toml
+    assert policy.k_for("typescriptreact", "import") == 6  # LSP id -> the typescript folder
+    assert policy.k_for("klingon", "comment") == 4  # unknown language: a safe default
+
+
+def _rounds(policy: KPolicy, language: str, context_class: str, alpha: float, k: int, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(n):
+        accepted = 0
+        while accepted < k and rng.random() < alpha:
+            accepted += 1
+        policy.observe(language, context_class, k, accepted)
+
+
+def test_policy_adapts_to_observed_acceptance() -> None:
+    costs = CostModel(draft_cost=0.15, verify_per_token=0.03)
+    policy = KPolicy(profile=Profile(costs=costs), settings=PolicySettings(k_max=12, min_rounds=8))
+    assert policy.k_for("python", "identifier") == 6  # the default, before any observation
+    _rounds(policy, "python", "identifier", 0.92, 6, 400, seed=1)
+    alpha = policy.acceptance("python", "identifier")
+    assert alpha == pytest.approx(0.92, abs=0.04)
+    high = policy.k_for("python", "identifier")
+    assert high == best_k(alpha, costs, 12)[0] and high > 6
+    _rounds(policy, "python", "identifier", 0.5, high, 1500, seed=2)
+    assert policy.acceptance("python", "identifier") == pytest.approx(0.5, abs=0.06)  # old rounds forgotten
+    assert 0 < policy.k_for("python", "identifier") < high
+    # Classes and languages are tracked separately.
+    assert policy.k_for("python", "comment") == 2
+    assert policy.k_for("rust", "identifier") == 6
+
+
+def test_policy_switches_off_and_reprobes() -> None:
+    costs = CostModel(draft_cost=0.3, verify_per_token=0.05)
+    settings = PolicySettings(min_rounds=4, probe_every=10, probe_k=3)
+    policy = KPolicy(profile=Profile(costs=costs), settings=settings)
+    for _ in range(20):  # a comment class whose drafts are always rejected
+        policy.observe("python", "comment", 2, 0)
+    assert policy.acceptance("python", "comment") == 0.0
+    answers = [policy.k_for("python", "comment") for _ in range(30)]
+    assert answers.count(0) == 27 and answers.count(3) == 3
+    assert [i for i, k in enumerate(answers) if k] == [9, 19, 29]  # one probe in every 10 requests
+    # The probes come back accepted: the class is switched back on.
+    for _ in range(200):
+        policy.observe("python", "comment", 3, 3)
+    assert policy.k_for("python", "comment") > 0
+
+
+def test_profile_acceptance_is_a_prior() -> None:
+    costs = CostModel(draft_cost=0.2, verify_per_token=0.0)
+    profile = Profile(costs=costs)
+    profile.set_entry("go", "docstring", ClassProfile(k=0, acceptance=0.1, samples=500))
+    policy = KPolicy(profile=profile, settings=PolicySettings(min_rounds=5, prior_weight=20))
+    assert policy.k_for("go", "docstring") == 0
+    assert policy.acceptance("go", "docstring") == pytest.approx(0.1)
+    for _ in range(5):  # five fully accepted rounds of 4 tokens move the estimate, not all the way
+        policy.observe("go", "docstring", 4, 4)
+    alpha = policy.acceptance("go", "docstring")
+    assert 0.1 < alpha < 1.0
+    assert policy.k_for("go", "docstring") == best_k(alpha, costs, policy.settings.k_max)[0]
+
+
+def test_observe_validates_its_input() -> None:
+    policy = KPolicy()
+    with pytest.raises(ValueError):
+        policy.observe("python", "identifier", 2, 3)
+    with pytest.raises(ValueError):
+        policy.observe("python", "identifier", -1, 0)
+    policy.observe("python", "identifier", 0, 0)  # nothing drafted: nothing learned
+    assert policy.acceptance("python", "identifier") is None
+
+
+def test_new_costs_change_the_choice() -> None:
+    policy = KPolicy(profile=Profile(costs=CostModel(draft_cost=0.05, verify_per_token=0.0)),
+                     settings=PolicySettings(min_rounds=1))
+    _rounds(policy, "c", "identifier", 0.6, 4, 300, seed=5)
+    cheap = policy.k_for("c", "identifier")
+    policy.costs = CostModel(draft_cost=0.7, verify_per_token=0.1)
+    assert policy.k_for("c", "identifier") < cheap
+    assert policy.draft_cost() == 0.7 and policy.verify_cost(2) == pytest.approx(1.2)
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ValueError):
+        PolicySettings(k_max=0)
+    with pytest.raises(ValueError):
+        PolicySettings(probe_k=20, k_max=12)
+    with pytest.raises(ValueError):
+        PolicySettings(halflife_rounds=0)
