@@ -15,7 +15,7 @@ from typing import Any
 
 from codecue.errors import CodeCueError
 
-DEFAULT_CORPUS = Path(__file__).with_name("corpus")
+DEFAULT_CORPUS = Path(__file__).parent.parent / "bench" / "corpus" / "tuning"  # never the held-out set
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
