@@ -90,7 +90,7 @@ def test_costs_from_timings() -> None:
 
 
 def test_sample_positions_cover_classes_and_agree_with_analysis() -> None:
-    path = DEFAULT_CORPUS / "inventory.py"
+    path = DEFAULT_CORPUS / "python" / "task_graph.py"
     text = path.read_text()
     positions = sample_positions(text, "python", per_class=3, rng=random.Random(0))
     classes = {p.context.context_class for p in positions}
@@ -113,7 +113,7 @@ def test_shipped_corpus_has_every_language() -> None:
 
 def test_measure_acceptance_identical_and_unrelated_drafts(make_completer, tmp_path: Path) -> None:
     source = tmp_path / "sample.py"
-    source.write_text((DEFAULT_CORPUS / "inventory.py").read_text()[:1500])
+    source.write_text((DEFAULT_CORPUS / "python" / "task_graph.py").read_text()[:1500])
     same = measure_acceptance(
         make_completer(draft="target"), [(source, "python")], probe_k=3, max_tokens=6, per_class=1, seed=1
     )
@@ -145,7 +145,7 @@ def test_tune_cli_end_to_end_on_tiny_models(tiny_dirs, tmp_path: Path, monkeypat
     monkeypatch.setenv("CODECUE_CONFIG_DIR", str(tmp_path / "config"))
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "a.py").write_text((DEFAULT_CORPUS / "inventory.py").read_text()[:1200])
+    (corpus / "a.py").write_text((DEFAULT_CORPUS / "python" / "task_graph.py").read_text()[:1200])
     (corpus / "notes.txt").write_text("not code")
     output = tmp_path / "profile.toml"
     measurements = tmp_path / "measurements.json"

@@ -34,6 +34,8 @@ class RunResult:
         return self.failed is None
 
 
+# A graph of named tasks; edges point from a task to the tasks it waits for.
+# Cycles are rejected when the graph is run, not when tasks are added.
 class TaskGraph:
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}
@@ -45,6 +47,7 @@ class TaskGraph:
         self._tasks[name] = task
         return task
 
+    # Decorator form of add(): the function name becomes the task name.
     def task(self, *after: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
         """Decorator form: ``@graph.task("compile")`` registers the function under its own name."""
 
