@@ -47,6 +47,7 @@ class CompleterConfig:
     draft_mode: str = "hybrid"  # hybrid | model | ngram | none
     k: int = 4
     min_confidence: float = 0.4  # draft early stop
+    draft_vocab: str = "code"  # code: the draft's head scores only ASCII code tokens (when the backend can)
     n_ctx: int = 4096
     budget: PromptBudget = field(default_factory=PromptBudget)
 
@@ -55,6 +56,8 @@ class CompleterConfig:
             raise CodeCueError(f"unknown draft mode {self.draft_mode!r}", f"choose one of {', '.join(DRAFT_MODES)}")
         if not 0 <= self.k <= 32:
             raise CodeCueError(f"k={self.k} is out of range", "choose 0 (no speculation) to 32")
+        if self.draft_vocab not in ("code", "full"):
+            raise CodeCueError(f"unknown draft vocabulary {self.draft_vocab!r}", "choose code or full")
         if not 0.0 <= self.min_confidence < 1.0:
             raise CodeCueError("min_confidence must be in [0, 1)")
 
@@ -129,6 +132,12 @@ class Completer:
         self.target = CachedSequence(target)
         self.draft = CachedSequence(draft) if draft is not None else None
         self.eos_ids = special_token_ids(tokenizer)
+        self.draft_vocab_map = None
+        if draft is not None and self.config.draft_vocab == "code" and hasattr(draft, "restrict_vocab"):
+            from codecue.engine.code_vocab import code_token_ids
+
+            self.draft_vocab_map = code_token_ids(tokenizer, self.eos_ids)
+            draft.restrict_vocab(self.draft_vocab_map.tolist())
         self.lock = threading.Lock()
         self.names = names
 
@@ -173,7 +182,7 @@ class Completer:
             return ngram
         if self.draft is None:
             raise CodeCueError("no draft model is loaded", "load one with --draft, or use --draft-mode ngram")
-        model = DraftModelProposer(self.draft, sampling, self.config.min_confidence)
+        model = DraftModelProposer(self.draft, sampling, self.config.min_confidence, self.draft_vocab_map)
         return model if mode == "model" else HybridProposer(ngram, model)
 
     # -- generation ----------------------------------------------------------------------------------

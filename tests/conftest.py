@@ -40,6 +40,7 @@ def make_completer(tiny_dirs, tiny_tokenizer):
         target = TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32")
         d = TorchBackend.from_pretrained(tiny_dirs[draft], dtype="float32") if draft else None
         config.setdefault("min_confidence", 0.0)
+        config.setdefault("draft_vocab", "full")  # tiny random models emit non-ASCII bytes
         return Completer(tiny_tokenizer, target, d, CompleterConfig(**config))
 
     return make

@@ -18,7 +18,7 @@ def test_bench_points_file_json_and_plot(tmp_path, tiny_dirs, capsys):
     out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
     rc = main(["bench", "--points", str(points), "--target", str(tiny_dirs["target"]),
                "--draft", str(tiny_dirs["target"]), "--backend", "torch", "--dtype", "float32",
-               "--max-tokens", "12", "--methods", "target", "draft", "ngram", "hybrid", "hf-assisted",
+               "--max-tokens", "12", "--draft-vocab", "full", "--methods", "target", "draft", "ngram", "hybrid", "hf-assisted",
                "--json", str(out), "--plot", str(plot)])
     assert rc == 0
     data = json.loads(out.read_text())

@@ -170,9 +170,10 @@ class MarkovBackend:
     def max_length(self) -> int:
         return 1 << 20
 
-    def forward(self, token_ids: Sequence[int]) -> torch.Tensor:
+    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
         self.tokens.extend(token_ids)
-        return self.table[torch.tensor(list(token_ids))].clone()
+        rows = self.table[torch.tensor(list(token_ids))].clone()
+        return rows[len(rows) - (len(rows) if n_logits is None else n_logits) :]
 
     def truncate(self, length: int) -> None:
         del self.tokens[length:]
@@ -233,3 +234,31 @@ def test_deterministic_draft_in_sampling_mode_is_exact():
     p = torch.softmax(p_logits, -1)
     expected = [float(p[2, a] * p[a, b]) * n for a in range(vocab) for b in range(vocab)]
     assert _chi_square_p_value(counts, expected) > 0.001
+
+
+def test_chunked_prefill_returns_the_same_rows_as_one_forward(tiny_dirs):
+    from codecue.backends.torch_backend import TorchBackend
+
+    tokens = list(range(10, 40))
+    whole = TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32").forward(tokens)
+    seq = CachedSequence(TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32"), prefill_chunk=7)
+    rows = seq.sync(tokens, n_logits=10)  # the 10 rows span two chunks
+    assert rows.shape == (10, whole.shape[1])
+    assert torch.allclose(rows, whole[-10:], atol=1e-4)
+    assert seq.backend.length == len(tokens) == len(seq)
+
+
+@pytest.mark.parametrize("draft_vocab", ["code", "full"])
+def test_restricted_draft_head_keeps_output_exact(make_completer, reference, draft_vocab):
+    prompt, expected = reference
+    c = make_completer("target", draft_vocab=draft_vocab)
+    if draft_vocab == "code":
+        assert c.draft_vocab_map is not None and len(c.draft_vocab_map) < c.draft.backend.vocab_size
+        assert c.draft.sync(prompt, 1).shape[-1] == len(c.draft_vocab_map)
+    else:
+        assert c.draft_vocab_map is None
+    r = c.generate_ids(prompt, max_tokens=48, k=4, draft_mode="model")
+    assert r.tokens == expected
+    # sampling with a restricted head: q is scattered back onto the full vocabulary
+    s = c.generate_ids(prompt, max_tokens=8, k=4, draft_mode="model", temperature=0.7, seed=1)
+    assert len(s.tokens) == 8 and s.stats.drafted > 0

@@ -18,8 +18,10 @@ import torch
 class Backend(Protocol):
     """A causal LM with a single-sequence KV cache.
 
-    ``forward`` appends ``token_ids`` to the cache and returns float32 logits ``[len(token_ids), vocab]``
-    on the CPU, one row per fed position. ``truncate(n)`` drops cache entries past ``n`` (rollback).
+    ``forward`` appends ``token_ids`` to the cache and returns float32 logits on the CPU for the last
+    ``n_logits`` fed positions (all of them when ``None``): ``[n_logits, vocab]``. Asking only for the rows
+    you need matters: a 512-token prefill's full logits cost as much as a dozen decode steps.
+    ``truncate(n)`` drops cache entries past ``n`` (rollback).
     """
 
     name: str
@@ -33,7 +35,7 @@ class Backend(Protocol):
     @property
     def max_length(self) -> int: ...
 
-    def forward(self, token_ids: Sequence[int]) -> torch.Tensor: ...
+    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> torch.Tensor: ...
 
     def truncate(self, length: int) -> None: ...
 
@@ -102,8 +104,10 @@ class CachedSequence:
         start = 0
         while start < len(new_tokens):
             chunk = new_tokens[start : start + self.prefill_chunk]
+            after_chunk = len(new_tokens) - start - len(chunk)
+            wanted = max(0, min(len(chunk), n_logits - after_chunk))
             try:
-                logits = self.backend.forward(chunk)
+                logits = self.backend.forward(chunk, wanted)
             except BaseException:
                 # The backend may hold a partial chunk now; make our view agree with it.
                 self.backend.truncate(len(self.tokens))
@@ -111,9 +115,8 @@ class CachedSequence:
             self.tokens.extend(chunk)
             self.fed_tokens += len(chunk)
             start += len(chunk)
-            remaining = len(new_tokens) - start
-            if remaining < n_logits:
-                rows = logits[max(0, len(chunk) - (n_logits - remaining)) :]
+            if wanted:
+                rows = logits[-wanted:]
                 out = rows if out is None else torch.cat([out, rows])
         assert out is not None and out.shape[0] == n_logits
         return out

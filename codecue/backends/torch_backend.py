@@ -139,6 +139,12 @@ class TorchBackend:
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self.dtype = next(model.parameters()).dtype
+        self._decoder = model.get_decoder()
+        self._head = model.get_output_embeddings()
+        if getattr(self._head, "bias", None) is not None:
+            raise ModelError("models whose output head has a bias are not supported by the torch backend")
+        self._head_weight: torch.Tensor | None = None
+        self._vocab_size = int(self._head.weight.shape[0])
 
     @classmethod
     def from_pretrained(
@@ -188,8 +194,8 @@ class TorchBackend:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.model.get_output_embeddings().out_features if hasattr(
-            self.model.get_output_embeddings(), "out_features") else self.config.vocab_size)
+        """The full vocabulary, also while :meth:`restrict_vocab` is in force."""
+        return self._vocab_size
 
     @property
     def length(self) -> int:
@@ -199,14 +205,34 @@ class TorchBackend:
     def max_length(self) -> int:
         return self._max_length
 
-    def forward(self, token_ids: Sequence[int]) -> torch.Tensor:
+    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
         if not token_ids:
             raise ValueError("forward needs at least one token")
+        n = len(token_ids) if n_logits is None else n_logits
         ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, use_cache=True, **{self._cache_kwarg: self._cache})
-        self._length += len(token_ids)
-        return out.logits[0].float().cpu()
+            # Run the decoder, then the output head on only the rows asked for (the head is the
+            # biggest single matmul of a small model, and prefill rarely needs more than one row).
+            out = self._decoder(input_ids=ids, use_cache=True, **{self._cache_kwarg: self._cache})
+            self._length += len(token_ids)
+            if n == 0:
+                return torch.empty(0, self.vocab_size)
+            hidden = out.last_hidden_state[0, -n:]
+            head = self._head_weight if self._head_weight is not None else self._head.weight
+            logits = torch.nn.functional.linear(hidden, head)
+        return logits.float().cpu()
+
+    def restrict_vocab(self, token_ids: Sequence[int] | None) -> None:
+        """Score only ``token_ids`` (in that order) from now on; ``None`` restores the full vocabulary.
+
+        For a draft model: its guesses are verified against the target's full vocabulary, so output
+        stays exact, while a head over the tokens code uses is several times cheaper than the full one.
+        """
+        if token_ids is None:
+            self._head_weight = None
+            return
+        index = torch.tensor(list(token_ids), dtype=torch.long, device=self._head.weight.device)
+        self._head_weight = self._head.weight.index_select(0, index).contiguous()
 
     def truncate(self, length: int) -> None:
         if length < 0:

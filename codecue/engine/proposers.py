@@ -53,11 +53,21 @@ class DraftModelProposer:
     draft doubts is likely rejected and costs a draft step plus verification width.
     """
 
-    def __init__(self, seq: CachedSequence, sampling: SamplingSettings, min_confidence: float = 0.0) -> None:
+    def __init__(self, seq: CachedSequence, sampling: SamplingSettings, min_confidence: float = 0.0,
+                 vocab_map: torch.Tensor | None = None) -> None:
         self.seq = seq
         self.sampling = sampling
         self.min_confidence = min_confidence
+        # When the draft's head scores a subset of the vocabulary, column j is token vocab_map[j].
+        self.vocab_map = vocab_map
         self.steps = 0  # draft forward calls, for cost accounting
+
+    def _full_q(self, probs: torch.Tensor) -> torch.Tensor:
+        if self.vocab_map is None:
+            return probs
+        full = torch.zeros(self.seq.backend.vocab_size)
+        full[self.vocab_map] = probs
+        return full
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
         if k <= 0:
@@ -75,12 +85,15 @@ class DraftModelProposer:
                 token = int(torch.multinomial(probs, 1, generator=self.sampling.generator))
             if i > 0 and float(probs[token]) < self.min_confidence:
                 break
+            if self.vocab_map is not None:
+                token = int(self.vocab_map[token])
             tokens.append(token)
-            qs.append(probs)
+            if not self.sampling.greedy:
+                qs.append(self._full_q(probs))
             if i + 1 < k:
                 logits = self.seq.extend([token])[-1]
                 self.steps += 1
-        return Draft(tokens, torch.stack(qs) if not self.sampling.greedy else None, "model")
+        return Draft(tokens, torch.stack(qs) if qs else None, "model")
 
     def update(self, context: Sequence[int], n_accepted: int) -> None:
         pass  # the next propose() syncs by common prefix, which is the rollback

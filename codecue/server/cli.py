@@ -1,0 +1,127 @@
+"""``codecue serve``: run the language server.
+
+- ``--stdio`` (the default; what editors spawn): relay to the per-user daemon, starting it if needed.
+- ``--in-process``: load the models in this process and serve stdio directly (no daemon).
+- ``--tcp HOST:PORT``: serve in this process on a loopback address, one session per connection, for
+  debugging. A connection must send the token printed at start (and written to the runtime dir) as
+  ``initializationOptions.token``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from codecue.errors import CodeCueError
+from codecue.options import BACKENDS, DRAFT_MODES
+
+log = logging.getLogger(__name__)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Model flags shared by ``serve`` and ``daemon start`` (None = the configured default)."""
+    parser.add_argument("--target", help="target model: registry name or path (default: configured default)")
+    parser.add_argument("--draft", help="draft model: registry name or path (default: configured default)")
+    parser.add_argument("--backend", choices=BACKENDS, help="runtime for both models (default: auto)")
+    parser.add_argument("--draft-mode", choices=DRAFT_MODES,
+                        help="hybrid (n-gram then draft model), model, ngram, or none (default: hybrid)")
+
+
+def model_flags(args: argparse.Namespace) -> list[str]:
+    """The model flags the user gave, to pass on to a daemon this command starts."""
+    out = []
+    for name in ("target", "draft", "backend", "draft_mode"):
+        value = getattr(args, name, None)
+        if value:
+            out += [f"--{name.replace('_', '-')}", str(value)]
+    return out
+
+
+def model_choice(args: argparse.Namespace):  # -> ModelChoice (import kept light)
+    from codecue.server.worker import ModelChoice
+
+    return ModelChoice(target=args.target, draft=args.draft, backend=args.backend or "auto",
+                       draft_mode=args.draft_mode or "hybrid")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--stdio", action="store_true",
+                      help="speak LSP on stdin/stdout through the per-user daemon (default)")
+    mode.add_argument("--tcp", metavar="HOST:PORT", help="listen on a loopback address (debugging)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="load the models in this process instead of using the daemon")
+    add_model_arguments(parser)
+    parser.add_argument("--idle-timeout", type=float, default=900.0, metavar="SECONDS",
+                        help="unload the models after this long without a request (0 = never; default 900)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.tcp:
+        return run_tcp(args)
+    if args.in_process:
+        return run_in_process_stdio(args)
+    from codecue.server.relay import run_relay
+
+    model = {k: v for k, v in (("target", args.target), ("draft", args.draft), ("backend", args.backend),
+                               ("draftMode", args.draft_mode)) if v}
+    return run_relay(model_flags(args), model)
+
+
+def run_in_process_stdio(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from codecue.server.session import CodeCueServer
+    from codecue.server.transport import serve_stdio
+    from codecue.server.worker import ModelWorker
+
+    worker = ModelWorker(model_choice(args), idle_unload_s=args.idle_timeout)
+    try:
+        return asyncio.run(serve_stdio(CodeCueServer(worker)))
+    finally:
+        worker.shutdown(timeout=2.0)
+
+
+def run_tcp(args: argparse.Namespace) -> int:
+    import asyncio
+    import secrets
+    import sys
+
+    from codecue.paths import atomic_write_text
+    from codecue.server.daemon_client import ensure_runtime_dir
+    from codecue.server.framing import STREAM_LIMIT
+    from codecue.server.session import CodeCueServer
+    from codecue.server.transport import parse_host_port, serve_session
+    from codecue.server.worker import ModelWorker
+
+    host, port = parse_host_port(args.tcp)
+    worker = ModelWorker(model_choice(args), idle_unload_s=args.idle_timeout)
+    token = secrets.token_hex(16)
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await serve_session(CodeCueServer(worker, require_token=token), reader, writer)
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        try:
+            server = await asyncio.start_server(on_connection, host, port, limit=STREAM_LIMIT)
+        except OSError as exc:
+            raise CodeCueError(f"cannot listen on {host}:{port}: {exc.strerror}", "pick another port") from None
+        bound = server.sockets[0].getsockname()
+        token_file = ensure_runtime_dir() / f"tcp-{bound[1]}.token"
+        atomic_write_text(token_file, token + "\n", mode=0o600)
+        print(f"codecue: serving LSP on {bound[0]}:{bound[1]} (loopback only); send "
+              f'"initializationOptions": {{"token": "{token}"}} (also in {token_file})', file=sys.stderr, flush=True)
+        try:
+            async with server:
+                await server.serve_forever()
+        finally:
+            token_file.unlink(missing_ok=True)
+
+    try:
+        asyncio.run(main())
+    finally:
+        worker.shutdown(timeout=2.0)
+    return 0

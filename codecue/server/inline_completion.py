@@ -1,0 +1,303 @@
+"""``textDocument/inlineCompletion`` (LSP 3.18): ghost text at the cursor, streamed, with type-through.
+
+Per document there is at most one live :class:`Generation`. A new request for the document
+
+1. is answered from the finished generation without touching the model when the user typed characters
+   that the suggestion predicted (*type-through*: same suffix, prefix grew by a prefix of the text);
+2. joins the running generation when the text streamed so far already covers what was typed (the
+   generation continues; this request gets the rest of it);
+3. otherwise replaces it: the old generation is cancelled at its next round, its request answered with
+   no items, and a new one starts (after ``debounceMs``, if set).
+
+Nothing stale is shown: a request that was replaced gets ``[]`` and no further partial notifications,
+and a result whose document changed meanwhile (other than by typing what it predicted) is dropped.
+``$/cancelRequest`` cancels the generation when no newer request joined it, and the request is answered
+with ``RequestCancelled`` (pygls does that when the handler's task is cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+
+from codecue.server.context_hooks import CursorInfo
+from codecue.server.documents import PositionError, typed_since
+from codecue.server.prompt import extra_context
+from codecue.server.stats import CancelRecord
+from codecue.server.streaming import partial_params, send_partial
+from codecue.server.worker import GenerationJob
+
+if TYPE_CHECKING:
+    from codecue.engine.speculative import GenerationResult
+    from codecue.server.session import CodeCueServer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompletionRequest:
+    """A request, with the document as it was when the request arrived."""
+
+    request_id: int | str | None
+    uri: str
+    version: int
+    line: int
+    character: int
+    prefix: str
+    suffix: str
+    language_id: str
+
+
+@dataclass(eq=False)
+class Subscriber:
+    request: CompletionRequest
+    offset: int  # characters of the generation's text the user had already typed at this request
+    future: asyncio.Future[str | None]
+
+
+@dataclass(eq=False)
+class Generation:
+    prefix: str
+    suffix: str
+    info: CursorInfo
+    state: str = "pending"  # pending -> running -> done | cancelled | failed
+    text: str = ""  # stable text streamed so far
+    final: str | None = None
+    subscriber: Subscriber | None = None
+    job: GenerationJob | None = None
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("pending", "running")
+
+
+def make_items(text: str, line: int, character: int) -> list[types.InlineCompletionItem]:
+    """The response: one item whose range starts (and ends) at the cursor, or none for empty text."""
+    if not text:
+        return []
+    at = types.Position(line=line, character=character)
+    return [types.InlineCompletionItem(insert_text=text, range=types.Range(start=at, end=at))]
+
+
+def still_valid(current_text: str, request: CompletionRequest, suggestion: str) -> bool:
+    """Whether a suggestion computed for ``request`` still fits the document: unchanged, or changed only
+    by typing the start of the suggestion at the cursor."""
+    if len(current_text) < len(request.prefix) + len(request.suffix):
+        return False
+    if not (current_text.startswith(request.prefix) and current_text.endswith(request.suffix)):
+        return False
+    typed = current_text[len(request.prefix): len(current_text) - len(request.suffix)]
+    return typed == "" or (suggestion.startswith(typed) and len(suggestion) > len(typed))
+
+
+class InlineCompletions:
+    """The generations of one session, one per document."""
+
+    def __init__(self, server: CodeCueServer) -> None:
+        self.server = server
+        self.active: dict[str, Generation] = {}
+
+    # -- entry point ---------------------------------------------------------------------------------
+    def snapshot(self, params: types.InlineCompletionParams, request_id: int | str | None) -> CompletionRequest | None:
+        """The request with its document text, taken when the request arrives (before any await)."""
+        doc = self.server.documents.get(params.text_document.uri)
+        if doc is None:
+            return None
+        try:
+            prefix, suffix = doc.split(params.position.line, params.position.character)
+        except PositionError as exc:
+            raise JsonRpcInvalidParams(f"Invalid Params: {exc} in {doc.uri}") from None
+        if not doc.completable:
+            return None
+        return CompletionRequest(request_id, doc.uri, doc.version, params.position.line, params.position.character,
+                                 prefix, suffix, doc.language_id)
+
+    async def complete(self, request: CompletionRequest) -> str | None:
+        """The suggestion's text from the cursor on, or None when there is nothing (fresh) to show."""
+        server = self.server
+        language = server.hooks.language(request.language_id)
+        if not server.options.language_enabled(request.language_id, language):
+            return None
+        gen = self.active.get(request.uri)
+        if gen is not None and gen.state in ("pending", "running", "done"):
+            typed = typed_since(gen.prefix, gen.suffix, request.prefix, request.suffix)
+            if typed is not None:
+                if gen.state == "done":
+                    final = gen.final or ""
+                    if final.startswith(typed) and len(final) > len(typed):
+                        server.stats.type_through += 1
+                        rest = final[len(typed):]
+                        self._send(request, rest, done=True)
+                        return rest
+                elif gen.text.startswith(typed):
+                    if typed or gen.subscriber is not None:
+                        server.stats.adopted += 1
+                    return await self._subscribe(gen, request, len(typed))
+        if gen is not None and gen.live:
+            self._cancel(gen)
+        info = server.hooks.cursor(request.uri, request.language_id, request.line, request.character)
+        info.language = language
+        gen = Generation(request.prefix, request.suffix, info)
+        self.active[request.uri] = gen
+        loop = asyncio.get_running_loop()
+        debounce = server.options.debounce_ms / 1000
+        if debounce > 0:
+            gen.timer = loop.call_later(debounce, self._start, gen, request)
+        else:
+            self._start(gen, request)
+        return await self._subscribe(gen, request, 0)
+
+    # -- generations ---------------------------------------------------------------------------------
+    def _start(self, gen: Generation, request: CompletionRequest) -> None:
+        if gen.state != "pending":
+            return
+        server = self.server
+        loop = asyncio.get_running_loop()
+        others = ((d.uri, d.language_id, d.text) for d in server.documents if d.completable)
+        info = gen.info
+
+        def on_text(text: str) -> None:  # worker thread
+            _call_soon(loop, self._on_text, gen, text)
+
+        job = GenerationJob(
+            model=server.model_choice,
+            prefix=request.prefix,
+            suffix=request.suffix,
+            extra_context=extra_context(others, request.uri, request.language_id),
+            max_tokens=server.options.max_tokens,
+            temperature=server.options.temperature,
+            k=server.hooks.k_for(info),
+            stop_predicate=server.hooks.stop_predicate(info),
+            on_round=server.hooks.observer(info),
+            on_text=on_text,
+            label=f"{request.uri}@{request.version}",
+        )
+        gen.job = job
+        gen.state = "running"
+        future = server.worker.submit(job)
+        future.add_done_callback(lambda f: _call_soon(loop, self._on_done, gen, f))
+
+    def _cancel(self, gen: Generation, superseded: bool = True) -> None:
+        gen.state = "cancelled"
+        if gen.timer is not None:
+            gen.timer.cancel()
+        if gen.job is not None:
+            gen.job.cancel()
+        sub, gen.subscriber = gen.subscriber, None
+        if sub is not None and not sub.future.done():
+            self.server.stats.superseded += superseded
+            sub.future.set_result(None)
+
+    async def _subscribe(self, gen: Generation, request: CompletionRequest, offset: int) -> str | None:
+        old = gen.subscriber
+        if old is not None and not old.future.done():
+            self.server.stats.superseded += 1
+            old.future.set_result(None)
+        sub = Subscriber(request, offset, asyncio.get_running_loop().create_future())
+        gen.subscriber = sub
+        if len(gen.text) > offset:
+            self._send(request, gen.text[offset:], done=False)
+        try:
+            return await sub.future
+        except asyncio.CancelledError:
+            # $/cancelRequest, or the session closing. Stop the generation unless a newer request took it.
+            if gen.subscriber is sub:
+                gen.subscriber = None
+                if gen.live:
+                    self.server.stats.cancelled += 1
+                    self._cancel(gen, superseded=False)
+            raise
+
+    def _on_text(self, gen: Generation, text: str) -> None:
+        if gen.state != "running":
+            return
+        gen.text = text
+        sub = gen.subscriber
+        if sub is None or len(text) <= sub.offset:
+            return
+        doc = self.server.documents.get(sub.request.uri)
+        if doc is None or doc.version != sub.request.version:
+            return  # the document moved on: a newer request is coming; show nothing stale meanwhile
+        self._send(sub.request, text[sub.offset:], done=False)
+
+    def _on_done(self, gen: Generation, future: Future[GenerationResult | None]) -> None:
+        server = self.server
+        exc = future.exception()
+        result = None if exc is not None else future.result()
+        if gen.state == "cancelled":
+            if gen.job is not None and gen.job.rounds_at_cancel is not None and result is not None:
+                server.stats.record_cancel(CancelRecord(
+                    rounds_after_cancel=gen.job.rounds_after_cancel(result.stats.rounds),
+                    tokens=len(result.tokens), max_tokens=gen.job.max_tokens, stop_reason=result.stop_reason))
+            return
+        sub, gen.subscriber = gen.subscriber, None
+        if exc is not None:
+            gen.state = "failed"
+            server.stats.failed += 1
+            server.report_generation_error(exc)
+            if sub is not None and not sub.future.done():
+                sub.future.set_exception(exc)
+            return
+        if result is None or result.stop_reason == "cancelled":  # dropped by the worker (flood, shutdown)
+            gen.state = "cancelled"
+            if sub is not None and not sub.future.done():
+                sub.future.set_result(None)
+            return
+        gen.state = "done"
+        gen.final = result.text
+        server.stats.record(gen.info.language, result)
+        if sub is None or sub.future.done():
+            return
+        doc = server.documents.get(sub.request.uri)
+        fresh = doc is not None and (doc.version == sub.request.version
+                                     or still_valid(doc.text, sub.request, result.text[sub.offset:]))
+        if not fresh:
+            server.stats.stale += 1
+            sub.future.set_result(None)
+            return
+        rest = result.text[sub.offset:]
+        if rest:
+            self._send(sub.request, rest, done=True)
+        sub.future.set_result(rest)
+
+    def _send(self, request: CompletionRequest, text: str, done: bool) -> None:
+        send_partial(self.server, partial_params(request.uri, request.version, request.line, request.character,
+                                                 text, done, request.request_id))
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def forget(self, uri: str) -> None:
+        gen = self.active.pop(uri, None)
+        if gen is not None and gen.live:
+            self._cancel(gen)
+
+    def close(self) -> None:
+        for uri in list(self.active):
+            self.forget(uri)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the session's loop is gone (process exiting): nobody to tell
+        pass
+
+
+def register(server: CodeCueServer) -> None:
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def on_inline_completion(params: types.InlineCompletionParams) -> list[types.InlineCompletionItem] | None:
+        # Everything up to the first await runs as the request arrives, so the snapshot is the document
+        # the client had when it asked (later didChange messages may already be queued).
+        request = server.completions.snapshot(params, server.protocol.msg_id)
+        if request is None:
+            return None
+        text = await server.completions.complete(request)
+        if text is None:
+            return []
+        return make_items(text, request.line, request.character)

@@ -1,0 +1,64 @@
+"""What the server puts around the cursor: a prefix whose start does not move while typing, and a little
+context from other open documents of the same language.
+
+The KV caches are reused up to the first token that differs from the previous request, so the prompt's
+beginning must stay put from keystroke to keystroke. :func:`codecue.engine.fim.trim_prefix` drops
+whole blocks of lines from the top, but it counts them from wherever its input starts; here the
+prefix is first cut at an *absolute* line number (a multiple of ``anchor_lines``), so the start moves
+only when the cursor has travelled a whole block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from codecue.engine.fim import PromptBudget
+
+# Generous characters per token for the cut: the engine trims to the exact token budget afterwards,
+# and it would cut from a moving start itself if given more than 8 characters per token.
+CHARS_PER_TOKEN = 6
+
+
+def stable_prefix(prefix: str, budget: PromptBudget) -> str:
+    """The tail of ``prefix`` starting on a line whose number is a multiple of ``budget.anchor_lines``,
+    short enough that the engine's own trimming never has to cut from a moving start."""
+    max_chars = max(0, budget.total - budget.suffix - budget.extra) * CHARS_PER_TOKEN
+    if len(prefix) <= max_chars:
+        return prefix
+    anchor = max(1, budget.anchor_lines)
+    lines_before_limit = prefix.count("\n", 0, len(prefix) - max_chars)
+    # The first anchored line at or after the character limit.
+    start_line = -(-(lines_before_limit + 1) // anchor) * anchor
+    offset = 0
+    for _ in range(start_line):
+        offset = prefix.find("\n", offset) + 1
+        if offset == 0:  # fewer lines than that: the cursor line itself is huge
+            return prefix[-max_chars:]
+    return prefix[offset:]
+
+
+def extra_context(documents: Iterable[tuple[str, str, str]], uri: str, language_id: str,
+                  max_documents: int = 2, max_chars: int = 3000) -> list[tuple[str, str]]:
+    """(path, text) pairs from other open documents of the same language, for the FIM prompt.
+
+    ``documents`` are (uri, language_id, text). Each contributes its head (imports and the first
+    definitions say most about a file) and they are ordered by URI, so the extra context, which comes
+    first in the prompt, stays the same while the user types in the current document.
+    """
+    same = sorted((u, t) for u, lang, t in documents if u != uri and lang == language_id and t.strip())
+    out = []
+    for other_uri, text in same[:max_documents]:
+        head = text[:max_chars]
+        cut = head.rfind("\n")
+        if len(text) > max_chars and cut > 0:
+            head = head[: cut + 1]
+        out.append((uri_to_path(other_uri), head))
+    return out
+
+
+def uri_to_path(uri: str) -> str:
+    """A short, readable name for a document in the prompt (the model sees it after ``<|file_sep|>``)."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else uri

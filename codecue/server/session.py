@@ -1,0 +1,118 @@
+"""One LSP session: a pygls server for one editor connection, wired to a (possibly shared) model worker.
+
+In-process (``codecue serve --in-process``) there is one session; the daemon runs one per connection,
+all in one asyncio loop and all submitting to the same :class:`~codecue.server.worker.ModelWorker`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+from codecue import __version__ as codecue_version
+from codecue.errors import CodeCueError
+from codecue.server import inline_completion, lifecycle, stats, text_sync
+from codecue.server.context_hooks import ContextHooks
+from codecue.server.documents import DocumentStore
+from codecue.server.inline_completion import InlineCompletions
+from codecue.server.options import ServerOptions
+from codecue.server.stats import SessionStats
+from codecue.server.worker import ModelChoice, ModelWorker
+
+log = logging.getLogger(__name__)
+
+
+class CodeCueProtocol(LanguageServerProtocol):
+    """pygls' LSP protocol with three changes:
+
+    - positions are always UTF-16 (what the protocol defaults to, and what our arithmetic uses), even if
+      the client offers others;
+    - documents live in our own store (:mod:`codecue.server.documents`), not also in pygls' workspace;
+    - ``exit`` ends this session, not the process (the daemon serves other sessions).
+    """
+
+    _server: CodeCueServer
+
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams) -> Generator[Any, Any, types.InitializeResult]:
+        general = params.capabilities.general
+        if general is not None:
+            general.position_encodings = [types.PositionEncodingKind.Utf16]
+        result = yield from super().lsp_initialize(params)
+        return result
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Generator[Any, Any, None]:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Generator[Any, Any, None]:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Generator[Any, Any, None]:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:
+        if (handler := self.fm.features.get(types.EXIT)) is not None:
+            yield handler, args, None
+        self._server.exit_code = 0 if self._shutdown else 1
+        self._server.closing = True
+
+
+class CodeCueServer(LanguageServer):
+    """One editor session."""
+
+    def __init__(self, worker: ModelWorker, model: ModelChoice | None = None, *,
+                 require_token: str | None = None) -> None:
+        super().__init__(name="codecue", version=codecue_version, protocol_cls=CodeCueProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.worker = worker
+        self.base_model = model or worker.default_model
+        self.require_token = require_token
+        self.options = ServerOptions()
+        self.documents = DocumentStore()
+        self.stats = SessionStats()
+        self.hooks = ContextHooks()
+        self.completions = InlineCompletions(self)
+        self.initialize_seen = False
+        self.closing = False
+        self.exit_code: int | None = None
+        self._warned: set[str] = set()
+        for feature in (lifecycle, text_sync, inline_completion, stats):
+            feature.register(self)
+
+    @property
+    def model_choice(self) -> ModelChoice:
+        """The session's models: the client's ``model`` option over the server's (or relay's) defaults."""
+        return self.base_model.with_models(self.options.model.target, self.options.model.draft)
+
+    def show_message(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.show_message(message, types.MessageType.Warning)
+
+    def report_generation_error(self, exc: BaseException) -> None:
+        """A failed generation: the request gets the error; a user-fixable one is also shown once."""
+        if isinstance(exc, CodeCueError):
+            self.warn_once(f"error:{exc}", f"CodeCue: {exc}")
+
+    def session_closed(self) -> None:
+        """The connection ended: stop this session's generations (the worker and other sessions go on)."""
+        self.closing = True
+        self.completions.close()
+        for future in list(self.protocol._request_futures.values()):
+            future.cancel()

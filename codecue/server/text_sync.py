@@ -1,0 +1,76 @@
+"""``textDocument/didOpen``, ``textDocument/didChange`` (full and incremental), ``textDocument/didClose``.
+
+Changes apply in order, with LSP's rules for edits: a character past a line's end means the line's end,
+a line past the document's end means the document's end. A change that cannot be located at all (a
+negative position, a split surrogate pair) leaves the document *out of sync*: it is not completed again
+until a full-text change or a new didOpen, because guessing would show suggestions for text the user
+does not have.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from codecue.server.documents import PositionError
+
+if TYPE_CHECKING:
+    from codecue.server.session import CodeCueServer
+
+log = logging.getLogger(__name__)
+
+
+def apply_open(server: CodeCueServer, params: types.DidOpenTextDocumentParams) -> None:
+    item = params.text_document
+    server.completions.forget(item.uri)
+    server.documents.open(item.uri, item.language_id, item.version, item.text)
+    server.hooks.opened(item.uri, item.language_id, item.text)
+
+
+def apply_change(server: CodeCueServer, params: types.DidChangeTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    doc = server.documents.get(uri)
+    if doc is None:
+        log.warning("didChange for %s, which is not open: ignored", uri)
+        return
+    for change in params.content_changes:
+        if isinstance(change, types.TextDocumentContentChangePartial):
+            if not doc.in_sync:
+                continue  # edits relative to text we do not have; wait for a full update
+            r = change.range
+            try:
+                doc.apply_range_change((r.start.line, r.start.character), (r.end.line, r.end.character), change.text)
+            except PositionError as exc:
+                log.warning("didChange for %s: %s; the document is out of sync until the next full update",
+                            uri, exc)
+                server.warn_once(f"sync:{uri}", f"CodeCue: lost track of {uri} ({exc}); suggestions pause "
+                                 "there until the editor sends the whole document again")
+                break
+        else:
+            doc.replace_all(change.text)
+        server.hooks.changed(uri, change, doc.text)
+    doc.version = params.text_document.version
+
+
+def apply_close(server: CodeCueServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    server.completions.forget(uri)
+    if server.documents.close(uri) is None:
+        log.warning("didClose for %s, which is not open: ignored", uri)
+    server.hooks.closed(uri)
+
+
+def register(server: CodeCueServer) -> None:
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(params: types.DidOpenTextDocumentParams) -> None:
+        apply_open(server, params)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(params: types.DidChangeTextDocumentParams) -> None:
+        apply_change(server, params)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(params: types.DidCloseTextDocumentParams) -> None:
+        apply_close(server, params)

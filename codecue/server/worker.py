@@ -1,0 +1,286 @@
+"""The model worker: one thread that owns the models and runs one generation at a time.
+
+Every LSP session (one per editor connection in the daemon) submits :class:`GenerationJob` s here. The
+asyncio loops never touch a model, so they keep reading messages (and cancellations) while a
+generation runs. A job is cancelled by setting its flag; the engine polls it between speculative
+rounds, so a generation stops within one round. The models are loaded on the first job, swapped when a
+job asks for another pair, and unloaded after an idle timeout.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from codecue.server.prompt import stable_prefix
+
+if TYPE_CHECKING:
+    from codecue.completion import Completer
+    from codecue.engine.speculative import GenerationResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which models to load and how: what a worker's loaded state is keyed by."""
+
+    target: str | None = None  # registry name or path; None = the configured default
+    draft: str | None = None
+    backend: str = "auto"
+    draft_mode: str = "hybrid"
+
+    def with_models(self, target: str | None, draft: str | None) -> ModelChoice:
+        return replace(self, target=target or self.target, draft=draft or self.draft)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "draft": self.draft, "backend": self.backend, "draftMode": self.draft_mode}
+
+
+CompleterFactory = Callable[[ModelChoice], "Completer"]
+
+
+def load_completer(choice: ModelChoice) -> Completer:
+    """The default factory: resolve and load the pair (heavy imports happen here, in the worker)."""
+    from codecue.completion import Completer, CompleterConfig
+
+    return Completer.load(CompleterConfig(target=choice.target, draft=choice.draft, backend=choice.backend,
+                                          draft_mode=choice.draft_mode))
+
+
+@dataclass(eq=False)
+class GenerationJob:
+    """One completion to generate. Callbacks run on the worker thread."""
+
+    model: ModelChoice
+    prefix: str
+    suffix: str
+    extra_context: Sequence[tuple[str, str]] = ()
+    max_tokens: int = 64
+    temperature: float = 0.0
+    k: int | None = None
+    stop_predicate: Callable[[str], int | None] | None = None
+    k_for_round: Callable[[int, Any], int] | None = None
+    on_round: Callable[[int, int], None] | None = None
+    on_text: Callable[[str], None] | None = None
+    label: str = ""  # for logs
+    future: Future[GenerationResult | None] = field(default_factory=Future)
+    rounds_started: int = 0
+    rounds_at_cancel: int | None = None
+    _cancel: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        if not self._cancel.is_set():
+            self.rounds_at_cancel = self.rounds_started
+            self._cancel.set()
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def poll_cancelled(self) -> bool:
+        """The engine's ``cancelled`` callback: called once before each round."""
+        if self._cancel.is_set():
+            return True
+        self.rounds_started += 1
+        return False
+
+    def rounds_after_cancel(self, rounds_completed: int) -> int:
+        """Rounds that finished after :meth:`cancel` was called: at most the one in progress then (an upper
+        bound: a round that ended just before the call counts too)."""
+        if self.rounds_at_cancel is None:
+            return 0
+        return max(0, rounds_completed - max(0, self.rounds_at_cancel - 1))
+
+
+class ModelWorker:
+    """The thread that owns the models. Thread-safe: ``submit`` may be called from any thread."""
+
+    def __init__(
+        self,
+        default_model: ModelChoice | None = None,
+        factory: CompleterFactory = load_completer,
+        idle_unload_s: float | None = 900.0,
+        reuse_cache: bool = True,
+        max_pending: int = 8,
+    ) -> None:
+        self.default_model = default_model or ModelChoice()
+        self.factory = factory
+        self.idle_unload_s = idle_unload_s if idle_unload_s and idle_unload_s > 0 else None
+        self.reuse_cache = reuse_cache
+        self.max_pending = max_pending
+        self._queue: deque[GenerationJob] = deque()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._completer: Completer | None = None
+        self._loaded: ModelChoice | None = None
+        self._running: GenerationJob | None = None
+        self.last_activity = time.monotonic()
+        self.generations = 0
+        self.loads = 0
+        self.unloads = 0
+
+    # -- public --------------------------------------------------------------------------------------
+    def submit(self, job: GenerationJob) -> Future[GenerationResult | None]:
+        with self._cond:
+            if self._stopping:
+                job.future.set_exception(RuntimeError("the model worker is shutting down"))
+                return job.future
+            self._queue.append(job)
+            # A flood of requests (many documents at once) must not grow the queue without bound: the
+            # oldest waiting jobs are the least likely to still matter.
+            while len(self._queue) > self.max_pending:
+                dropped = self._queue.popleft()
+                dropped.cancel()
+                dropped.future.set_result(None)
+            self.last_activity = time.monotonic()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="codecue-model-worker", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return job.future
+
+    @property
+    def loaded(self) -> ModelChoice | None:
+        return self._loaded
+
+    @property
+    def completer(self) -> Completer | None:
+        return self._completer
+
+    def status(self) -> dict[str, Any]:
+        with self._cond:
+            return {
+                "modelsLoaded": self._completer is not None,
+                "model": self._loaded.to_json() if self._loaded else None,
+                "defaultModel": self.default_model.to_json(),
+                "busy": self._running is not None,
+                "pending": len(self._queue),
+                "generations": self.generations,
+                "loads": self.loads,
+                "unloads": self.unloads,
+                "idleSeconds": round(time.monotonic() - self.last_activity, 1),
+                "idleUnloadSeconds": self.idle_unload_s,
+            }
+
+    def unload(self) -> None:
+        """Drop the models (the next job loads them again)."""
+        with self._cond:
+            self._unload_locked()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            for job in self._queue:
+                job.cancel()
+                job.future.set_result(None)
+            self._queue.clear()
+            if self._running is not None:
+                self._running.cancel()
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        with self._cond:
+            self._unload_locked()
+
+    # -- the thread ----------------------------------------------------------------------------------
+    def _unload_locked(self) -> None:
+        if self._completer is None:
+            return
+        completer, self._completer, self._loaded = self._completer, None, None
+        for seq in (completer.target, completer.draft):
+            backend = getattr(seq, "backend", None)
+            close = getattr(backend, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - unloading must not take the worker down
+                    log.exception("closing a backend failed")
+        del completer
+        gc.collect()
+        self.unloads += 1
+        log.info("models unloaded")
+
+    def _next_job(self) -> GenerationJob | None:
+        with self._cond:
+            while not self._queue and not self._stopping:
+                timeout = None
+                if self.idle_unload_s is not None and self._completer is not None:
+                    timeout = self.last_activity + self.idle_unload_s - time.monotonic()
+                    if timeout <= 0:
+                        log.info("idle for %.0f s", self.idle_unload_s)
+                        self._unload_locked()
+                        continue
+                self._cond.wait(timeout)
+            if self._stopping:
+                return None
+            job = self._queue.popleft()
+            self._running = job
+            return job
+
+    def _ensure_loaded(self, choice: ModelChoice) -> Completer:
+        if self._completer is not None and self._loaded == choice:
+            return self._completer
+        with self._cond:
+            self._unload_locked()
+        log.info("loading models %s", choice)
+        t0 = time.perf_counter()
+        completer = self.factory(choice)
+        log.info("models loaded in %.1f s", time.perf_counter() - t0)
+        with self._cond:
+            self._completer, self._loaded = completer, choice
+            self.loads += 1
+        return completer
+
+    def _run(self) -> None:
+        while True:
+            job = self._next_job()
+            if job is None:
+                return
+            try:
+                if job.is_cancelled:
+                    job.future.set_result(None)
+                    continue
+                completer = self._ensure_loaded(job.model)
+                if job.is_cancelled:  # cancelled while the models loaded
+                    job.future.set_result(None)
+                    continue
+                if not self.reuse_cache:
+                    completer.reset_caches()
+                result = completer.complete(
+                    stable_prefix(job.prefix, completer.config.budget),
+                    job.suffix,
+                    extra_context=job.extra_context,
+                    max_tokens=job.max_tokens,
+                    k=job.k,
+                    temperature=job.temperature,
+                    stop_predicate=job.stop_predicate,
+                    on_text=job.on_text,
+                    cancelled=job.poll_cancelled,
+                    k_for_round=job.k_for_round,
+                    on_round=job.on_round,
+                )
+                self.generations += 1
+                job.future.set_result(result)
+            except BaseException as exc:  # noqa: BLE001 - the job's owner reports it; the worker lives on
+                log.warning("generation %s failed: %s", job.label, exc, exc_info=not _is_user_error(exc))
+                if not job.future.done():
+                    job.future.set_exception(exc)
+            finally:
+                with self._cond:
+                    self._running = None
+                    self.last_activity = time.monotonic()
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    from codecue.errors import CodeCueError
+
+    return isinstance(exc, CodeCueError)

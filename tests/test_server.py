@@ -1,0 +1,371 @@
+"""The language server's plain functions: options, documents and positions, type-through, prompts,
+framing, message checks, and the worker, without JSON-RPC processes (see test_server_e2e.py for those)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import pytest
+
+from codecue.engine.fim import PromptBudget, split_at
+from codecue.errors import CodeCueError
+from codecue.server.context_hooks import blank_line_stop
+from codecue.server.documents import Document, PositionError, typed_since, utf16_to_index
+from codecue.server.framing import FrameTooLarge, encode_frame, read_frame
+from codecue.server.inline_completion import CompletionRequest, make_items, still_valid
+from codecue.server.options import ModelOptions, ServerOptions, parse_options
+from codecue.server.prompt import extra_context, stable_prefix
+from codecue.server.transport import parse_host_port
+
+# -- options ----------------------------------------------------------------------------------------------
+
+
+def test_options_defaults_and_valid_values():
+    assert parse_options(None) == (ServerOptions(), [])
+    options, problems = parse_options({"maxTokens": 32, "temperature": 0.2, "languages": {"markdown": False},
+                                       "debounceMs": 40, "model": {"target": "t.gguf", "draft": "d.gguf"}})
+    assert problems == []
+    assert options.max_tokens == 32 and options.temperature == 0.2 and options.debounce_ms == 40
+    assert options.model == ModelOptions("t.gguf", "d.gguf")
+    assert options.language_enabled("python") and not options.language_enabled("markdown")
+    assert not options.language_enabled("python", "markdown")  # either name being off turns it off
+
+
+@pytest.mark.parametrize(("raw", "field", "default"), [
+    ({"maxTokens": 0}, "max_tokens", 64),
+    ({"maxTokens": "12"}, "max_tokens", 64),
+    ({"maxTokens": True}, "max_tokens", 64),
+    ({"maxTokens": 100000}, "max_tokens", 64),
+    ({"temperature": -1}, "temperature", 0.0),
+    ({"temperature": float("nan")}, "temperature", 0.0),
+    ({"debounceMs": 1.5}, "debounce_ms", 0),
+    ({"languages": ["python"]}, "languages", {}),
+    ({"model": "big"}, "model", ModelOptions()),
+])
+def test_bad_option_is_reported_and_defaulted(raw, field, default):
+    options, problems = parse_options(raw)
+    assert getattr(options, field) == default
+    assert len(problems) == 1 and next(iter(raw)) in problems[0]
+
+
+def test_unknown_option_and_non_object_are_reported():
+    options, problems = parse_options({"maxTokenz": 3})
+    assert options == ServerOptions() and "maxTokenz" in problems[0]
+    options, problems = parse_options([1, 2])
+    assert options == ServerOptions() and "must be an object" in problems[0]
+    options, problems = parse_options({"languages": {"python": "yes", "go": False}})
+    assert options.languages == {"go": False} and "'python'" in problems[0]
+
+
+# -- documents and positions ------------------------------------------------------------------------------
+
+TEXT = "a😀b\nsecond line\r\nthird\n"
+
+
+@pytest.mark.parametrize(("line", "character"), [(0, 0), (0, 1), (0, 3), (0, 4), (1, 6), (1, 11), (2, 5), (3, 0)])
+def test_split_agrees_with_engine_split_at(line, character):
+    doc = Document("file:///x", "python", 1, TEXT)
+    assert doc.split(line, character) == split_at(TEXT, line, character)
+
+
+@pytest.mark.parametrize(("line", "character", "why"), [
+    (0, 2, "surrogate"), (0, 5, "past the end"), (1, 12, "past the end"), (4, 0, "past the end"),
+    (-1, 0, "negative"), (0, -1, "negative"),
+])
+def test_invalid_positions_are_refused(line, character, why):
+    doc = Document("file:///x", "python", 1, TEXT)
+    with pytest.raises(PositionError, match=why):
+        doc.offset_at(line, character)
+
+
+def test_crlf_line_break_is_not_part_of_the_line():
+    doc = Document("file:///x", "python", 1, TEXT)
+    assert doc.line_text(1) == "second line"
+    with pytest.raises(PositionError):
+        doc.offset_at(1, 12)  # the \r is the line break, not a character of the line
+
+
+def test_utf16_to_index_counts_astral_characters_twice():
+    assert utf16_to_index("a😀b", 3) == 2
+    assert utf16_to_index("abc", 3) == 3
+
+
+def test_incremental_changes_follow_lsp_and_clamp_past_the_end():
+    doc = Document("file:///x", "python", 1, "def f():\n    pass\n")
+    doc.apply_range_change((1, 4), (1, 8), "return 1")
+    assert doc.text == "def f():\n    return 1\n"
+    doc.apply_range_change((0, 99), (0, 99), "  # clamped to the line end")
+    assert doc.text.splitlines()[0] == "def f():  # clamped to the line end"
+    doc.apply_range_change((50, 0), (60, 0), "tail\n")  # past the document: appended at its end
+    assert doc.text.endswith("return 1\ntail\n")
+    doc.apply_range_change((0, 0), (1, 0), "")  # delete a whole line
+    assert doc.text == "    return 1\ntail\n"
+    with pytest.raises(PositionError):
+        doc.apply_range_change((0, -1), (0, 0), "x")
+    assert not doc.in_sync and not doc.completable
+    doc.replace_all("fresh\n", version=9)
+    assert doc.in_sync and doc.version == 9 and doc.split(0, 5) == ("fresh", "\n")
+
+
+def test_form_feed_is_not_a_line_break():
+    doc = Document("file:///x", "c", 1, "a\x0cb\nc")
+    assert doc.line_count == 2 and doc.split(0, 3) == ("a\x0cb", "\nc")
+
+
+# -- type-through and staleness ---------------------------------------------------------------------------
+
+
+def test_typed_since():
+    assert typed_since("def f(", ")\n", "def f(ab", ")\n") == "ab"
+    assert typed_since("def f(", ")\n", "def f(", ")\n") == ""
+    assert typed_since("def f(", ")\n", "def f", "()\n") is None  # cursor moved back
+    assert typed_since("def f(", ")\n", "def g(a", ")\n") is None  # edit before the cursor
+    assert typed_since("def f(", ")\n", "def f(a", ")\nx") is None  # edit after the cursor
+
+
+def _request(prefix: str, suffix: str) -> CompletionRequest:
+    return CompletionRequest(1, "file:///x", 1, 0, len(prefix), prefix, suffix, "python")
+
+
+def test_still_valid():
+    req = _request("x = ", "\n")
+    assert still_valid("x = \n", req, "42")
+    assert still_valid("x = 4\n", req, "42")  # the user typed what it predicted
+    assert not still_valid("x = 42\n", req, "42")  # typed all of it: nothing left to show
+    assert not still_valid("x = 5\n", req, "42")
+    assert not still_valid("y = \n", req, "42")
+
+
+def test_items_start_at_the_cursor():
+    (item,) = make_items("abc", 3, 7)
+    assert item.insert_text == "abc"
+    assert (item.range.start.line, item.range.start.character) == (3, 7) == (item.range.end.line, item.range.end.character)
+    assert make_items("", 0, 0) == []
+
+
+def test_blank_line_stop():
+    assert blank_line_stop("x = 1\n\ny = 2") == len("x = 1\n")
+    assert blank_line_stop("\n\nx = 1") is None  # leading blank lines are not an end
+    assert blank_line_stop("x = 1\ny") is None
+
+
+# -- prompts ----------------------------------------------------------------------------------------------
+
+
+def test_stable_prefix_start_does_not_move_while_typing():
+    budget = PromptBudget(total=200, suffix=20, extra=20, anchor_lines=8)
+    lines = [f"line {i} = {i * 7}\n" for i in range(400)]
+    prefix = "".join(lines)
+    first = stable_prefix(prefix, budget)
+    assert len(first) <= (200 - 20 - 20) * 6 and prefix.endswith(first)
+    start = prefix.index(first)
+    assert prefix[:start].count("\n") % 8 == 0  # cut on an anchored line
+    starts = set()
+    for typed in ("x", "xy", "xyz = 1", "xyz = 12"):
+        cut = stable_prefix(prefix + typed, budget)
+        starts.add(len(prefix + typed) - len(cut))
+    assert starts == {start}
+    assert stable_prefix("short", budget) == "short"
+
+
+def test_extra_context_same_language_other_documents_in_stable_order():
+    docs = [("file:///b.py", "python", "import b\n"), ("file:///a.py", "python", "import a\n" * 1000),
+            ("file:///me.py", "python", "mine"), ("file:///c.go", "go", "package c"), ("file:///e.py", "python", " ")]
+    got = extra_context(docs, "file:///me.py", "python", max_chars=50)
+    assert [p for p, _ in got] == ["/a.py", "/b.py"]
+    assert got[0][1] == "import a\n" * 5  # the head, cut at a line end
+    assert got[1][1] == "import b\n"
+
+
+# -- framing and message checks ---------------------------------------------------------------------------
+
+
+async def _feed(data: bytes) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    return reader
+
+
+async def test_read_frame_skips_junk_and_discards_oversized_bodies():
+    body = json.dumps({"jsonrpc": "2.0", "method": "x"}).encode()
+    junk = b"garbage line\r\nContent-Type: whatever\r\n"
+    reader = await _feed(junk + encode_frame(body) + b"Content-Length: 50\r\n\r\n" + b"z" * 50 + encode_frame(body))
+    assert await read_frame(reader, max_bytes=40) == body
+    with pytest.raises(FrameTooLarge):
+        await read_frame(reader, max_bytes=40)
+    assert await read_frame(reader, max_bytes=40) == body  # the stream is still in step
+    assert await read_frame(reader) is None
+
+
+async def test_read_frame_truncated_body_is_end_of_stream():
+    reader = await _feed(b"Content-Length: 10\r\n\r\nabc")
+    assert await read_frame(reader) is None
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def close(self) -> None:
+        pass
+
+
+def _responses(data: bytes) -> list[dict]:
+    out = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        n = int(head.split(b":")[1])
+        out.append(json.loads(rest[:n]))
+        data = rest[n:]
+    return out
+
+
+@pytest.fixture()
+def bare_server():
+    from codecue.server.session import CodeCueServer
+    from codecue.server.worker import ModelWorker
+
+    server = CodeCueServer(ModelWorker(factory=lambda choice: pytest.fail("no model may load here")))
+    writer = _Writer()
+    server.protocol.set_writer(writer)
+    return server, writer
+
+
+@pytest.mark.parametrize(("body", "code", "msg_id"), [
+    (b"{not json", -32700, None),
+    (b"\xff\xfe", -32700, None),
+    (b"[1, 2]", -32600, None),
+    (b'"text"', -32600, None),
+    (b'{"id": 3, "method": "initialize"}', -32600, 3),
+    (b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "x"}', -32600, None),
+    (b'{"jsonrpc": "2.0", "id": 4}', -32600, 4),
+    (b'{"jsonrpc": "2.0", "id": 5, "method": 7}', -32600, 5),
+    (b'{"jsonrpc": "2.0", "id": 6, "method": "textDocument/inlineCompletion", "params": {}}', -32002, 6),
+])
+def test_dispatch_answers_malformed_messages(bare_server, body, code, msg_id):
+    from codecue.server.transport import dispatch
+
+    server, writer = bare_server
+    dispatch(server, body)
+    (response,) = _responses(writer.data)
+    assert response["error"]["code"] == code and response["id"] == msg_id
+
+
+def test_dispatch_refuses_a_wrong_tcp_token(bare_server):
+    from codecue.server.transport import dispatch
+
+    server, writer = bare_server
+    server.require_token = "s3cret"
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"capabilities": {}, "initializationOptions": {"token": "guess"}}}
+    dispatch(server, json.dumps(init).encode())
+    (response,) = _responses(writer.data)
+    assert response["error"]["code"] == -32600 and "token" in response["error"]["message"]
+    assert server.closing and not server.initialize_seen
+
+
+@pytest.mark.parametrize("value", ["0.0.0.0:2087", "192.168.1.4:2087", "example.com:80", "[::]:2087", "8080"])
+def test_tcp_refuses_non_loopback(value):
+    with pytest.raises(CodeCueError):
+        parse_host_port(value)
+
+
+def test_tcp_accepts_loopback():
+    assert parse_host_port("127.0.0.1:2087") == ("127.0.0.1", 2087)
+    assert parse_host_port("[::1]:0") == ("::1", 0)
+    assert parse_host_port("localhost:5") == ("localhost", 5)
+
+
+# -- the worker -------------------------------------------------------------------------------------------
+
+
+def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer):
+    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+
+    completer = make_completer()
+    loads = []
+
+    def factory(choice):
+        loads.append(choice)
+        return completer
+
+    worker = ModelWorker(ModelChoice("t"), factory, idle_unload_s=None)
+    gate = threading.Event()
+    first = GenerationJob(ModelChoice("t"), "def add(a, b):\n    ", "\n", max_tokens=4,
+                          on_text=lambda text: gate.wait(5))
+    skipped = GenerationJob(ModelChoice("t"), "x", "", max_tokens=4)
+    last = GenerationJob(ModelChoice("t"), "import os\n", "", max_tokens=4)
+    futures = [worker.submit(job) for job in (first, skipped, last)]
+    skipped.cancel()
+    gate.set()
+    results = [f.result(timeout=30) for f in futures]
+    worker.shutdown()
+    assert results[1] is None  # cancelled before it started: never ran
+    assert results[0].text == completer.complete("def add(a, b):\n    ", "\n", max_tokens=4).text
+    assert results[2] is not None and len(loads) == 1
+    assert worker.status()["modelsLoaded"] is False  # shutdown unloads
+
+
+def test_worker_reports_load_errors_on_the_job_and_keeps_running():
+    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+
+    def factory(choice):
+        raise CodeCueError(f"model {choice.target} not found", "pull it")
+
+    worker = ModelWorker(ModelChoice("missing"), factory, idle_unload_s=None)
+    for _ in range(2):
+        future = worker.submit(GenerationJob(ModelChoice("missing"), "x", ""))
+        with pytest.raises(CodeCueError, match="not found"):
+            future.result(timeout=10)
+    worker.shutdown()
+
+
+def test_worker_flood_drops_the_oldest_waiting_jobs(make_completer):
+    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+
+    completer = make_completer()
+    worker = ModelWorker(ModelChoice(), lambda c: completer, idle_unload_s=None, max_pending=3)
+    gate = threading.Event()
+    blocker = GenerationJob(ModelChoice(), "a", "", max_tokens=2, on_text=lambda t: gate.wait(5))
+    worker.submit(blocker)
+    while worker.status()["busy"] is False and not blocker.future.done():
+        threading.Event().wait(0.01)
+    jobs = [GenerationJob(ModelChoice(), f"x{i}", "", max_tokens=2) for i in range(6)]
+    futures = [worker.submit(job) for job in jobs]
+    gate.set()
+    results = [f.result(timeout=30) for f in futures]
+    worker.shutdown()
+    assert results[:3] == [None, None, None]  # the three oldest waiting jobs were dropped
+    assert all(r is not None for r in results[3:])
+
+
+def test_worker_idle_timeout_unloads(make_completer):
+    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+
+    completer = make_completer()
+    worker = ModelWorker(ModelChoice(), lambda c: completer, idle_unload_s=0.2)
+    worker.submit(GenerationJob(ModelChoice(), "a", "", max_tokens=2)).result(timeout=30)
+    for _ in range(200):
+        if not worker.status()["modelsLoaded"]:
+            break
+        threading.Event().wait(0.05)
+    status = worker.status()
+    worker.shutdown()
+    assert status["modelsLoaded"] is False and status["unloads"] == 1
+
+
+def test_rounds_after_cancel_counts_the_round_in_progress():
+    from codecue.server.worker import GenerationJob, ModelChoice
+
+    job = GenerationJob(ModelChoice(), "a", "")
+    for _ in range(3):
+        assert not job.poll_cancelled()
+    job.cancel()  # during round 3
+    assert job.poll_cancelled()
+    assert job.rounds_after_cancel(rounds_completed=3) == 1
