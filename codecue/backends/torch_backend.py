@@ -83,6 +83,43 @@ def fastest_cpu_dtype() -> torch.dtype:
     return choice
 
 
+def _padded_linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 3 and x.shape[0] == 1 and x.shape[1] == 1:
+        # Two identical rows take the batched (AMX) kernel; one row takes a slower matrix-vector path.
+        return torch.nn.functional.linear(torch.cat([x, x], dim=1), self.weight, self.bias)[:, :1]
+    return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+def single_row_matmul_is_slow(dtype: torch.dtype, in_features: int = 1536, out_features: int = 8960) -> bool:
+    """Does a one-row matmul take longer than a two-row one here? (bf16 on CPUs with AMX: yes — the
+    single row goes through a matrix-vector kernel that does not use the tile unit.)"""
+    w = torch.randn(out_features, in_features, dtype=dtype)
+    one = torch.randn(1, 1, in_features, dtype=dtype)
+    two = torch.cat([one, one], dim=1)
+    times = {1: [], 2: []}
+    for _ in range(3):  # warm-up
+        torch.nn.functional.linear(one, w)
+        torch.nn.functional.linear(two, w)
+    for _ in range(15):
+        for rows, x in ((1, one), (2, two)):
+            t0 = time.perf_counter()
+            torch.nn.functional.linear(x, w)
+            times[rows].append(time.perf_counter() - t0)
+    one_t, two_t = sorted(times[1])[7], sorted(times[2])[7]
+    log.info("single-row probe (%s): 1 row %.2f ms, 2 rows %.2f ms", dtype, one_t * 1e3, two_t * 1e3)
+    return two_t < 0.9 * one_t
+
+
+def pad_single_rows_(model: torch.nn.Module) -> int:
+    """Make every ``nn.Linear`` of ``model`` compute a single row as two; returns how many were patched."""
+    count = 0
+    for module in model.modules():
+        if type(module) is torch.nn.Linear:
+            module.forward = _padded_linear_forward.__get__(module)
+            count += 1
+    return count
+
+
 def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -155,8 +192,13 @@ class TorchBackend:
         dtype: str | torch.dtype | None = "auto",
         device: str = "cpu",
         quantize: str | None = None,
+        pad_single_row: bool | None = None,
     ) -> TorchBackend:
-        """Load an HF model directory, or a GGUF file (``path`` = its directory, ``gguf_file`` = its name)."""
+        """Load an HF model directory, or a GGUF file (``path`` = its directory, ``gguf_file`` = its name).
+
+        ``pad_single_row``: compute one-token steps as two rows when that is faster here (measured when
+        ``None``); see :func:`single_row_matmul_is_slow`.
+        """
         from transformers import AutoModelForCausalLM
 
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -190,6 +232,11 @@ class TorchBackend:
         elif quantize not in (None, "none"):
             raise ValueError(f"unknown quantization {quantize!r}; choose int8 or none")
         model.to(device)
+        if device == "cpu" and quantize != "int8":
+            if pad_single_row is None:
+                pad_single_row = single_row_matmul_is_slow(torch_dtype)
+            if pad_single_row:
+                pad_single_rows_(model)
         return cls(model, device=device)
 
     @property
