@@ -153,10 +153,21 @@ class Completer:
         if draft_src is not None:
             check_same_tokenizer(target_src, draft_src)
         tokenizer = load_tokenizer(target_src)
-        target = create_backend(target_src, config.backend, dtype=config.dtype, device=config.device,
-                                n_ctx=config.n_ctx)
         draft = None
-        if draft_src is not None:
+        from codecue.backends import choose_backend
+
+        if (draft_src is not None and choose_backend(target_src, config.backend) == "exllamav2"
+                and choose_backend(draft_src, config.draft_backend or config.backend) == "exllamav2"):
+            # Both on the GPU: plan VRAM for both models and caches first; a draft that does not fit
+            # is dropped (target-only, said once) rather than failing the load.
+            from codecue.backends.exllamav2 import load_pair
+
+            target, draft, _plan = load_pair(target_src.path, draft_src.path, config.n_ctx)
+            draft_src = draft_src if draft is not None else None
+        else:
+            target = create_backend(target_src, config.backend, dtype=config.dtype, device=config.device,
+                                    n_ctx=config.n_ctx)
+        if draft_src is not None and draft is None:
             draft = create_backend(draft_src, config.draft_backend or config.backend,
                                    dtype=config.draft_dtype or ("auto" if config.dtype == "int8" else config.dtype),
                                    device=config.device, n_ctx=config.n_ctx)
@@ -178,8 +189,8 @@ class Completer:
         if mode == "none":
             return None
         ngram = NgramProposer(extra=extra_tokens)
-        if mode == "ngram":
-            return ngram
+        if mode == "ngram" or (mode == "hybrid" and self.draft is None):
+            return ngram  # hybrid without a draft model (dropped for lack of memory) is n-gram lookup
         if self.draft is None:
             raise CodeCueError("no draft model is loaded", "load one with --draft, or use --draft-mode ngram")
         model = DraftModelProposer(self.draft, sampling, self.config.min_confidence, self.draft_vocab_map)
@@ -218,9 +229,22 @@ class Completer:
         sampling = SamplingSettings(temperature, top_p, generator)
         with self.lock:
             proposer = self.make_proposer(mode, sampling, extra_tokens)
-            return generate(self.target, proposer, prompt, params, decode=self.decode, eos_ids=self.eos_ids,
-                            on_text=on_text, stop_predicate=stop_predicate, cancelled=cancelled,
-                            k_for_round=k_for_round, on_round=on_round)
+            run = lambda proposer: generate(  # noqa: E731
+                self.target, proposer, prompt, params, decode=self.decode, eos_ids=self.eos_ids, on_text=on_text,
+                stop_predicate=stop_predicate, cancelled=cancelled, k_for_round=k_for_round, on_round=on_round)
+            try:
+                return run(proposer)
+            except CodeCueError as exc:
+                # GPU out of memory in the draft: drop the draft for good and answer without it.
+                oom_backend = getattr(exc, "backend", None)
+                if self.draft is None or oom_backend is None or oom_backend is not self.draft.backend:
+                    raise
+                log.warning("the draft model ran out of GPU memory; continuing without it (%s)", exc)
+                close = getattr(self.draft.backend, "close", None)
+                if close is not None:
+                    close()
+                self.draft = None
+                return run(self.make_proposer("ngram" if mode != "none" else "none", sampling, extra_tokens))
 
     def complete(self, prefix: str, suffix: str = "", *, extra_context: Sequence[tuple[str, str]] = (),
                  **kwargs: Any) -> GenerationResult:

@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_out", type=Path, help="write every run and the summary here")
     parser.add_argument("--plot", type=Path, help="draw a PNG of speedups per language")
     parser.add_argument("--replay", type=Path, help="keystroke-replay benchmark of the language server on FILE")
+    parser.add_argument("--backends", nargs="+", choices=["torch", "llamacpp", "exllamav2"],
+                        help="run the engine methods on each of these backends in the same run")
+    parser.add_argument("--baseline", default=None,
+                        help="method every speedup is measured against (default: target-only on the first backend)")
     add_model_arguments(parser)
 
 
@@ -92,15 +96,33 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     config.draft_mode = "hybrid"  # load the draft; each method picks its own mode
     started = time.perf_counter()
-    print(f"loading models (backend {config.backend}) ...", file=sys.stderr)
-    completer = Completer.load(config)
-    print(f"{len(points)} points x {len(methods)} methods, max {args.max_tokens} tokens, K={config.k}",
-          file=sys.stderr)
-    records = run_points(completer, points, methods, max_tokens=args.max_tokens, k=config.k,
-                         progress=lambda msg: print(msg, file=sys.stderr, flush=True))
-    summaries = summarise(records)
+    backends = args.backends or [args.backend]
+    records = []
+    labels = []
+    progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    for i, backend in enumerate(backends):
+        print(f"loading models (backend {backend}) ...", file=sys.stderr)
+        config.backend = backend
+        config.draft_backend = args.draft_backend
+        completer = Completer.load(config)
+        name = completer.target.backend.name
+        label = (lambda m, name=name: f"{name}:{m}") if len(backends) > 1 else (lambda m: m)
+        # peers run once, next to the backend they belong to
+        wanted = [m for m in methods if m in ENGINE_METHODS
+                  or (m == "hf-assisted" and name == "torch")
+                  or (m.startswith("llama-") and name == "llamacpp" and i == backends.index(backend))]
+        extra = _llama_peer_methods(completer, config, args.max_tokens) if name == "llamacpp" else {}
+        print(f"{len(points)} points x {len(wanted)} methods on {name}, max {args.max_tokens} tokens, K={config.k}",
+              file=sys.stderr)
+        records += run_points(completer, points, wanted, max_tokens=args.max_tokens, k=config.k,
+                              progress=progress, extra_methods=extra, label=label)
+        labels += [label(m) if m in ENGINE_METHODS or m == "hf-assisted" else m for m in wanted]
+        del completer
+    baseline = args.baseline or labels[0]
+    summaries = summarise(records, baseline)
+    methods = labels
     title = (f"codecue bench: {len(points)} points, {args.max_tokens} tokens, K={config.k}, "
-             f"backend {completer.target.backend.name}, {platform.machine()} {_cpu_count()} cores")
+             f"backends {'+'.join(backends)}, speedup vs {baseline}, {platform.machine()} {_cpu_count()} cores")
     print(title)
     print(format_table(summaries, methods))
     elapsed = time.perf_counter() - started
@@ -113,11 +135,37 @@ def run(args: argparse.Namespace) -> int:
 
         atomic_write_text(args.json_out, json.dumps({
             "title": title, "methods": methods, "max_tokens": args.max_tokens, "k": config.k,
-            "backend": completer.target.backend.name, "elapsed_s": elapsed,
+            "backends": backends, "baseline": baseline, "elapsed_s": elapsed,
             "summary": [asdict(s) for s in summaries], "runs": records_to_json(records)}, indent=1))
     if args.plot:
         draw_plot(summaries, methods, args.plot, title)
     return 0
+
+
+def _llama_peer_methods(completer, config, max_tokens: int) -> dict:
+    """llama.cpp's own modes on the same GGUF models, as bench methods."""
+    from codecue.bench.llamacpp_peers import get_peers
+    from codecue.bench.runner import RunRecord
+    from codecue.models.resolve import resolve_model
+
+    target = resolve_model(config.target, "target")
+    draft = resolve_model(config.draft, "draft")
+    if target.kind != "gguf" or draft.kind != "gguf":
+        return {}
+
+    def make(mode: str):
+        def run_peer(point, prompt):
+            peers = get_peers(target.path, draft.path if mode == "llama-draft" else None)
+            fn = {"llama-target": peers.target_only, "llama-lookup": peers.prompt_lookup,
+                  "llama-draft": peers.draft_model}[mode]
+            ids, t = fn(prompt, max_tokens, stop_ids=completer.eos_ids)
+            return RunRecord("", "", mode, list(ids), completer.decode(list(ids)), t["ttft_ms"], t["tpot_ms"],
+                             t["total_ms"], len(ids), int(t.get("drafted", 0)), int(t.get("accepted", 0)),
+                             int(t.get("draft_calls", 0)))
+        return run_peer
+
+    return {m: make(m) for m in ("llama-target", "llama-lookup", "llama-draft")}
+
 
 
 def _cpu_count() -> int:

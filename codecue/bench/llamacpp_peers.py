@@ -35,6 +35,7 @@ from codecue.errors import BackendUnavailable, ModelError
 Timings = dict[str, float]
 
 _INSTALL_HINT = "install it with: pip install 'codecue[llamacpp]'"
+_default_params_lock = threading.Lock()
 
 
 def _import_llama() -> Any:
@@ -63,6 +64,7 @@ class LlamaCppPeers:
         n_ctx: int = 4096,
         n_threads: int | None = None,
         flash_attn: bool = True,
+        repack: bool = True,
     ) -> None:
         from codecue.backends.llamacpp import _load_lib, physical_core_count
 
@@ -77,6 +79,7 @@ class LlamaCppPeers:
         self.n_ctx = n_ctx
         self.n_threads = n_threads or physical_core_count()
         self.flash_attn = flash_attn
+        self.repack = repack
         self._plain: Any = None
         self._speculative: Any = None
         self._draft_backend: Any = None
@@ -85,6 +88,26 @@ class LlamaCppPeers:
     # -- loading ---------------------------------------------------------------------------------
 
     def _new_llama(self, logits_all: bool, draft_model: Any = None) -> Any:
+        if self.repack:
+            return self._construct_llama(logits_all, draft_model)
+        # Llama() takes no switch for llama.cpp's weight repacking (model_params.use_extra_bufts); it
+        # reads llama_model_default_params() while constructing, so hand it defaults with repacking off.
+        lib = self._llama_cpp.llama_cpp
+        with _default_params_lock:
+            original = lib.llama_model_default_params
+
+            def defaults_without_repack() -> Any:
+                params = original()
+                params.use_extra_bufts = False
+                return params
+
+            lib.llama_model_default_params = defaults_without_repack
+            try:
+                return self._construct_llama(logits_all, draft_model)
+            finally:
+                lib.llama_model_default_params = original
+
+    def _construct_llama(self, logits_all: bool, draft_model: Any) -> Any:
         return self._llama_cpp.Llama(
             model_path=str(self.target_path),
             n_ctx=self.n_ctx,
@@ -120,7 +143,9 @@ class LlamaCppPeers:
                 raise ValueError("draft-model speculation needs a draft model path")
             from codecue.backends.llamacpp import LlamaCppBackend
 
-            self._draft_backend = LlamaCppBackend.load(self.draft_path, n_ctx=self.n_ctx, n_threads=self.n_threads)
+            self._draft_backend = LlamaCppBackend.load(
+                self.draft_path, n_ctx=self.n_ctx, n_threads=self.n_threads, repack=self.repack
+            )
         return self._draft_backend
 
     def set_draft(self, draft_path: str | Path) -> None:

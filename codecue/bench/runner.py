@@ -21,7 +21,12 @@ ENGINE_METHODS: dict[str, tuple[str, str]] = {
     "ngram": ("ngram", "speculative, n-gram prompt lookup"),
     "hybrid": ("hybrid", "speculative, n-gram else draft model"),
 }
-PEER_METHODS = {"hf-assisted": "transformers' assisted generation (assistant_model=)"}
+PEER_METHODS = {
+    "hf-assisted": "transformers' assisted generation (assistant_model=), torch backend",
+    "llama-target": "llama.cpp's own greedy target-only decode",
+    "llama-lookup": "llama-cpp-python's own prompt-lookup speculative decoding",
+    "llama-draft": "llama.cpp-style draft-model speculation in llama-cpp-python's loop",
+}
 
 
 @dataclass
@@ -106,7 +111,9 @@ def run_points(
     k: int,
     progress: Callable[[str], None] = lambda msg: None,
     extra_methods: dict[str, Callable[[Point, list[int]], RunRecord | str]] | None = None,
+    label: Callable[[str], str] = lambda method: method,
 ) -> list[RunRecord]:
+    """Every method on every point; ``label`` names a method in the records (e.g. with its backend)."""
     records: list[RunRecord] = []
     extra_methods = extra_methods or {}
     for i, point in enumerate(points, 1):
@@ -132,12 +139,13 @@ def run_points(
                     continue
                 rec = out
                 rec.point, rec.language = point.name, point.language
+            rec.method = label(method) if method in ENGINE_METHODS or method == "hf-assisted" else method
             if method == "target":
                 baseline = rec.tokens
             if baseline is not None:
                 rec.identical = rec.tokens == baseline[: len(rec.tokens)] and len(rec.tokens) == len(baseline)
             records.append(rec)
-            progress(f"[{i}/{len(points)}] {point.language:<10} {point.name:<28} {method:<14} "
+            progress(f"[{i}/{len(points)}] {point.language:<10} {point.name:<28} {rec.method:<16} "
                      f"{rec.new_tokens:>3} tok  ttft {rec.ttft_ms:7.0f} ms  tpot {rec.tpot_ms:6.1f} ms"
                      + (f"  acc {rec.accepted}/{rec.drafted}" if rec.drafted else "")
                      + ("" if rec.identical in (None, True) else "  DIFFERS"))

@@ -1,4 +1,5 @@
-"""``codecue models list | pull | verify``: see, fetch and check the registry's models."""
+"""``codecue models list | pull | verify | convert``: see, fetch and check the registry's models, and quantize a
+model to EXL2 for the exllamav2 backend."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from codecue.errors import ModelError
@@ -29,6 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     verifying = actions.add_parser("verify", help="re-hash pulled models against the registry's sha256")
     verifying.add_argument("names", nargs="*", metavar="NAME", help="registry names (default: the default pair)")
 
+    converting = actions.add_parser(
+        "convert", help="quantize an HF directory or GGUF model to EXL2 for the exllamav2 backend (needs a CUDA GPU)")
+    converting.add_argument("source", metavar="SRC", help="an HF model directory, a GGUF file or a registry name")
+    converting.add_argument("--out", type=Path, required=True, metavar="DIR", help="where to write the EXL2 model")
+    converting.add_argument("--bits", type=float, default=4.0, help="target bits per weight, 2.0-8.0 (default 4.0)")
+    converting.add_argument("--head-bits", type=int, default=6, help="bits of the output head: 2, 3, 4, 5, 6 or 8 (default 6)")
+    converting.add_argument("--work-dir", type=Path, default=None,
+                            help="the converter's working directory, kept on failure so a rerun resumes "
+                                 "(default: .DIR.exl2-work next to --out)")
+
 
 def run(args: argparse.Namespace) -> int:
     action = args.models_command or "list"
@@ -38,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
         return _pull(args.names, force=args.force, progress=not args.quiet)
     if action == "verify":
         return _verify(args.names)
+    if action == "convert":
+        return _convert(args.source, args.out, bits=args.bits, head_bits=args.head_bits, work_dir=args.work_dir)
     raise AssertionError(f"unhandled models action {action!r}")
 
 
@@ -107,3 +121,27 @@ def _verify(names: list[str]) -> int:
             continue
         print(f"{spec.name}: ok, sha256 matches ({time.monotonic() - started:.1f} s)")
     return 1 if failures else 0
+
+
+def _convert(source_ref: str, out: Path, *, bits: float, head_bits: int, work_dir: Path | None) -> int:
+    from codecue.backends.exllamav2 import check_conversion_request, convert_to_exl2, require_converter
+    from codecue.models.registry import REGISTRY
+    from codecue.models.resolve import resolve_model
+
+    out = out.expanduser().absolute()
+    check_conversion_request(out, bits, head_bits)  # cheap checks first, then the GPU, then the model
+    require_converter()
+    if source_ref in REGISTRY:
+        source = resolve_model(source_ref, REGISTRY[source_ref].role)
+    elif Path(source_ref).expanduser().exists():
+        source = resolve_model(source_ref, "target")
+    else:
+        raise ModelError(f"conversion source not found: {source_ref}",
+                         "give an HF model directory, a GGUF file or a registry name (see `codecue models list`)")
+    started = time.monotonic()
+    path = convert_to_exl2(source, out, bits=bits, head_bits=head_bits, work_dir=work_dir)
+    size = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    print(f"{source.name}: converted to EXL2 ({bits:g} bpw, {size / 1e6:,.0f} MB) in {time.monotonic() - started:.0f} s: "
+          f"{path}")
+    print(f"use it with --target {path} --backend exllamav2")
+    return 0

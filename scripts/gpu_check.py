@@ -1,0 +1,490 @@
+"""The GPU check behind ``scripts/gpu_check.sh``: conformance of each GPU backend, then a speed table.
+
+Steps (run in order; ``all`` = every step in one process):
+
+- ``prepare``: build the models. On the GPU: random-weight Qwen2 models with the real shapes of
+  Qwen2.5-Coder-1.5B (target) and -0.5B (draft), saved as FP16 safetensors (the real 1.6 GB models cannot
+  travel to the GPU machine), plus tiny models for the conformance suite. With ``--tiny``: tiny models only.
+  The output head is scaled up (as in codecue.testing) so that distributions are peaked like a trained
+  model's: then the target's greedy choice is rarely a near-tie and a self-draft is accepted ~always.
+- ``conformance``: the shared conformance suite (tests/test_backend_conformance.py), its test functions
+  called here with this machine's backends: torch (on CUDA in float32, the suite's tolerances are for
+  float32 logits) and exllamav2 (FP16).
+- ``speed``: per backend, ms per target step, per draft step, per verification of K+1 tokens (K = 1..8)
+  after a prompt; and greedy generation target-only vs speculative with a self-draft (the target's own
+  weights with a second cache: acceptance ~1, the upper bound) and with the draft model (random weights,
+  unrelated to the target: acceptance ~0, the lower bound). torch runs bf16 on CUDA; exllamav2 FP16.
+- ``report``: one markdown table (printed, and written to ``--out`` or ``$OUT``) from the steps' JSON.
+
+``--device cpu --tiny`` runs everything on tiny models on the CPU in well under a minute: the dry run
+that checks this script (tests/test_backend_exllamav2.py runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+BACKENDS = ("torch", "exllamav2")
+STEPS = ("prepare", "conformance", "speed", "report")
+VERIFY_KS = tuple(range(1, 9))
+
+# The real models' config.json (Qwen2.5-Coder-1.5B / -0.5B): what sets the cost of a step.
+QWEN_SHAPES: dict[str, dict[str, Any]] = {
+    "target-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                        num_key_value_heads=2, vocab_size=151936),
+    "draft-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                       num_key_value_heads=2, vocab_size=151936),
+}
+
+
+# -- models ------------------------------------------------------------------------------------------------
+
+
+def build_random_qwen2(path: Path, shape: dict[str, Any], seed: int, device: str, logit_scale: float = 8.0) -> Path:
+    """A random-weight Qwen2 with ``shape`` (tied embeddings, like the real ones), saved as FP16 safetensors."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if (path / "config.json").is_file():
+        return path
+    config = Qwen2Config(**shape, max_position_embeddings=32768, rope_theta=1_000_000.0, tie_word_embeddings=True,
+                         rms_norm_eps=1e-6, bos_token_id=151643, eos_token_id=151643)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(logit_scale)  # tied: this is the output head too
+    model = model.to(torch.float16)
+    tmp = path.with_name(path.name + ".tmp")
+    model.save_pretrained(str(tmp))
+    tmp.rename(path)
+    del model
+    return path
+
+
+def model_dirs(work: Path, tiny: bool, device: str) -> dict[str, Path]:
+    """The models each step uses; ``prepare`` builds them, the others only read them."""
+    if tiny:
+        tiny_target, tiny_draft = work / "tiny-target", work / "tiny-draft"
+        return {"conf_target": tiny_target, "conf_draft": tiny_draft, "target": tiny_target, "draft": tiny_draft}
+    # On the GPU the suite runs on a wider tiny model too: head_dim 128 like the 1.5B (hidden 512 / 4 heads).
+    return {"conf_target": work / "tiny-wide-target", "conf_draft": work / "tiny-wide-draft",
+            "target": work / "target-1.5b", "draft": work / "draft-0.5b"}
+
+
+def prepare(work: Path, tiny: bool, device: str) -> dict[str, Any]:
+    from codecue.testing import build_tiny_model_dir
+
+    work.mkdir(parents=True, exist_ok=True)
+    dirs = model_dirs(work, tiny, device)
+    started = time.perf_counter()
+    hidden = 64 if tiny else 512
+    # Keep the logits in the range the suite's tolerances were measured on (about ±5 at hidden 64): their
+    # spread grows with sqrt(hidden), and FP16 rounding grows with their size.
+    logit_scale = 8.0 * (64 / hidden) ** 0.5
+    for role, seed in (("conf_target", 0), ("conf_draft", 1)):
+        if not (dirs[role] / "config.json").is_file():
+            build_tiny_model_dir(dirs[role], seed=seed, hidden_size=hidden, logit_scale=logit_scale)
+    if not tiny:
+        for role, seed in (("target", 0), ("draft", 1)):
+            build_random_qwen2(dirs[role], QWEN_SHAPES[dirs[role].name], seed, device)
+    sizes = {role: sum(f.stat().st_size for f in path.glob("*.safetensors")) for role, path in dirs.items()}
+    return {"seconds": round(time.perf_counter() - started, 1), "models": {k: str(v) for k, v in dirs.items()},
+            "bytes": sizes}
+
+
+# -- backends --------------------------------------------------------------------------------------------
+
+
+class Unavailable(Exception):
+    """This backend cannot run here (the reason goes into the table)."""
+
+
+def load_backend(name: str, path: Path, device: str, purpose: str, max_seq_len: int) -> Any:
+    """``purpose``: "conformance" (torch in float32) or "speed" (torch in bf16 on CUDA)."""
+    from codecue.errors import BackendUnavailable
+
+    if name == "torch":
+        from codecue.backends.torch_backend import TorchBackend
+
+        dtype = "bfloat16" if purpose == "speed" and device == "cuda" else "float32"
+        return TorchBackend.from_pretrained(path, dtype=dtype, device=device)
+    if name == "exllamav2":
+        from codecue.backends.exllamav2 import ExLlamaV2Backend
+
+        try:
+            return ExLlamaV2Backend.load(path, max_seq_len=max_seq_len)
+        except BackendUnavailable as exc:
+            raise Unavailable(str(exc)) from None
+    raise ValueError(f"unknown backend {name!r}")
+
+
+def second_context(backend: Any) -> Any:
+    """The same weights with a second cache: a draft that agrees with the target (acceptance ~1)."""
+    if backend.name == "torch":
+        from codecue.backends.torch_backend import TorchBackend
+
+        return TorchBackend(backend.model, device=backend.device)
+    return backend.with_new_cache()
+
+
+def backend_label(name: str, device: str, purpose: str) -> str:
+    if name == "torch":
+        return f"torch {device} {'bf16' if purpose == 'speed' and device == 'cuda' else 'fp32'}"
+    return "exllamav2 fp16"
+
+
+# -- conformance -------------------------------------------------------------------------------------------
+
+
+def load_conformance_suite() -> Any:
+    spec = importlib.util.spec_from_file_location("codecue_conformance_suite", REPO / "tests" / "test_backend_conformance.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def suite_cases(module: Any) -> Iterator[tuple[str, Callable[..., Any], dict[str, Any]]]:
+    """Every ``test_*`` function with each of its ``pytest.mark.parametrize`` argument sets."""
+    for name, func in vars(module).items():
+        if not (name.startswith("test_") and inspect.isfunction(func)):
+            continue
+        variants: list[dict[str, Any]] = [{}]
+        for mark in getattr(func, "pytestmark", []):
+            if mark.name != "parametrize":
+                continue
+            argnames, values = mark.args[0], mark.args[1]
+            names = [n.strip() for n in argnames.split(",")] if isinstance(argnames, str) else list(argnames)
+            variants = [{**v, **dict(zip(names, value if len(names) > 1 else (value,), strict=True))}
+                        for v in variants for value in values]
+        for params in variants:
+            suffix = "[" + "-".join(str(v) for v in params.values()) + "]" if params else ""
+            yield name + suffix, func, params
+
+
+def run_conformance(name: str, dirs: dict[str, Path], device: str) -> dict[str, Any]:
+    import pytest
+
+    from codecue.testing import build_tokenizer
+
+    suite = load_conformance_suite()
+    try:
+        loaded = {"target": load_backend(name, dirs["conf_target"], device, "conformance", 1024),
+                  "draft": load_backend(name, dirs["conf_draft"], device, "conformance", 1024)}
+    except Unavailable as exc:
+        return {"unavailable": str(exc)}
+    loaded["self_draft"] = second_context(loaded["target"])
+    tokenizer = build_tokenizer()
+    results: dict[str, str] = {}
+    for case, func, params in suite_cases(suite):
+        fixtures = {"loaded": loaded, "tokenizer": tokenizer, "target": loaded["target"], "draft": loaded["draft"]}
+        missing = [p for p in inspect.signature(func).parameters if p not in fixtures and p not in params]
+        if missing:
+            results[case] = f"skipped: needs fixture {', '.join(missing)}"
+            continue
+        for backend in loaded.values():
+            backend.reset()
+        kwargs = {p: params.get(p, fixtures.get(p)) for p in inspect.signature(func).parameters}
+        try:
+            func(**kwargs)
+            results[case] = "passed"
+        except pytest.skip.Exception as exc:
+            results[case] = f"skipped: {exc}"
+        except (AssertionError, pytest.fail.Exception) as exc:
+            results[case] = "failed: " + (str(exc).strip().splitlines() or ["assertion failed"])[0][:300]
+        except Exception as exc:  # noqa: BLE001 - a backend error is a result too
+            results[case] = f"error: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+    counts = {state: sum(r.startswith(state) for r in results.values()) for state in ("passed", "failed", "error", "skipped")}
+    return {"label": backend_label(name, device, "conformance"), "counts": counts, "results": results,
+            "models": {"target": str(dirs["conf_target"]), "draft": str(dirs["conf_draft"])}}
+
+
+# -- speed ------------------------------------------------------------------------------------------------
+
+
+def median_ms(fn: Callable[[], Any], reps: int, setup: Callable[[], Any] | None = None, warmup: int = 2) -> float:
+    """Median wall time of ``fn`` in ms; ``setup`` runs untimed before each call. Backends return CPU
+    tensors, so every call ends with the GPU synchronised."""
+    times = []
+    for i in range(warmup + reps):
+        if setup is not None:
+            setup()
+        t0 = time.perf_counter()
+        fn()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def step_costs(target: Any, draft: Any, prompt: list[int], reps: int) -> dict[str, float]:
+    """ms for: prefill of the prompt, one target step, one draft step, verification of K+1 tokens."""
+    p = len(prompt)
+    extra = [(t * 31 + 7) % target.vocab_size for t in prompt[: max(VERIFY_KS) + 1]]
+    out: dict[str, float] = {}
+    out["prefill"] = median_ms(lambda: target.forward(prompt, 1), max(1, reps // 4), setup=target.reset, warmup=1)
+    for name, backend in (("target_step", target), ("draft_step", draft)):
+        backend.reset()
+        backend.forward(prompt, 1)
+        out[name] = median_ms(lambda b=backend: b.forward(extra[:1], 1), reps, setup=lambda b=backend: b.truncate(p))
+    target.reset()
+    target.forward(prompt, 1)
+    for k in VERIFY_KS:
+        out[f"verify_{k + 1}"] = median_ms(lambda k=k: target.forward(extra[: k + 1], k + 1), reps,
+                                           setup=lambda: target.truncate(p))
+    return out
+
+
+def generation(target: Any, drafter: Any | None, prompt: list[int], new_tokens: int, k: int) -> dict[str, Any]:
+    from codecue.backends.base import CachedSequence
+    from codecue.engine.proposers import DraftModelProposer, SamplingSettings
+    from codecue.engine.speculative import GenerationParams, generate
+
+    target.reset()
+    proposer = None
+    if drafter is not None:
+        drafter.reset()
+        proposer = DraftModelProposer(CachedSequence(drafter), SamplingSettings())
+    result = generate(CachedSequence(target), proposer, prompt, GenerationParams(max_new_tokens=new_tokens, k=k),
+                      decode=lambda ids: " ".join(map(str, ids)), eos_ids=())
+    s = result.stats
+    return {"tokens": result.tokens, "ms_per_token": s.tpot_ms, "ttft_ms": s.ttft_ms, "total_ms": s.total_ms,
+            "acceptance": s.acceptance_rate, "tokens_per_round": s.tokens_per_round, "rounds": s.rounds}
+
+
+def run_speed(name: str, dirs: dict[str, Path], device: str, prompt_tokens: int, new_tokens: int, reps: int,
+              k: int) -> dict[str, Any]:
+    max_seq_len = prompt_tokens + new_tokens + 2 * max(VERIFY_KS) + 16
+    started = time.perf_counter()
+    try:
+        target = load_backend(name, dirs["target"], device, "speed", max_seq_len)
+        draft = load_backend(name, dirs["draft"], device, "speed", max_seq_len)
+    except Unavailable as exc:
+        return {"unavailable": str(exc)}
+    load_s = time.perf_counter() - started
+    self_draft = second_context(target)
+    rng = random.Random(0)
+    prompt = [rng.randrange(1, target.vocab_size) for _ in range(prompt_tokens)]
+    costs = step_costs(target, draft, prompt, reps)
+    generation(target, None, prompt, min(8, new_tokens), 0)  # warm-up (kernels, graphs, allocator)
+    gen = {"target_only": generation(target, None, prompt, new_tokens, 0),
+           "self_draft": generation(target, self_draft, prompt, new_tokens, k),
+           "draft": generation(target, draft, prompt, new_tokens, k)}
+    reference = gen["target_only"]["tokens"]
+    for key in ("self_draft", "draft"):
+        tokens = gen[key]["tokens"]
+        gen[key]["identical"] = tokens == reference
+        gen[key]["first_difference"] = next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=False)) if a != b),
+                                            None if len(tokens) == len(reference) else min(len(tokens), len(reference)))
+        gen[key]["speedup"] = gen["target_only"]["ms_per_token"] / gen[key]["ms_per_token"] if gen[key]["ms_per_token"] else None
+    for value in gen.values():
+        value.pop("tokens")
+    return {"label": backend_label(name, device, "speed"), "load_seconds": round(load_s, 1), "costs_ms": costs,
+            "generation": gen, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "k": k,
+            "models": {"target": str(dirs["target"]), "draft": str(dirs["draft"])}}
+
+
+# -- report --------------------------------------------------------------------------------------------------
+
+
+def environment(device: str) -> dict[str, Any]:
+    env: dict[str, Any] = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "python": platform.python_version(),
+                           "torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
+    if device == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env["gpu"] = f"{props.name}, {props.total_memory / 1024**3:.0f} GiB, sm_{props.major}{props.minor}"
+    else:
+        env["gpu"] = f"none (CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    try:
+        from importlib.metadata import version
+
+        env["exllamav2"] = version("exllamav2")
+    except Exception:  # noqa: BLE001 - not installed
+        env["exllamav2"] = sys.modules["exllamav2"].__version__ if "exllamav2" in sys.modules else None
+    return env
+
+
+def _read(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _cell(entry: dict[str, Any] | None, fn: Callable[[dict[str, Any]], str]) -> str:
+    if entry is None:
+        return "not run"
+    if "unavailable" in entry:
+        return "n/a"
+    if "crashed" in entry:
+        return "crashed"
+    return fn(entry)
+
+
+def _spec(g: dict[str, Any]) -> str:
+    speedup = f"{g['speedup']:.2f}x" if g.get("speedup") else "-"
+    same = "" if g.get("identical") else f", differs at token {g.get('first_difference')}"
+    return f"{g['ms_per_token']:.2f} ms ({speedup}, acc {g['acceptance']:.2f}, {g['tokens_per_round']:.1f} tok/round{same})"
+
+
+def render_report(results: Path, backends: tuple[str, ...]) -> str:
+    env = _read(results, "environment") or {}
+    prep = _read(results, "prepare") or {}
+    conf = {b: _read(results, f"conformance-{b}") for b in backends}
+    speed = {b: _read(results, f"speed-{b}") for b in backends}
+    build = _read(results, "exllamav2-build")
+    lines = [f"## CodeCue GPU check — {env.get('date', '?')}", "",
+             f"Machine: {env.get('gpu', '?')}; torch {env.get('torch', '?')} (CUDA {env.get('cuda')}), "
+             f"Python {env.get('python', '?')}, exllamav2 {env.get('exllamav2') or 'not installed'}."]
+    if build:
+        lines.append(f"exllamav2 extension build: {build.get('status')} in {build.get('seconds')} s.")
+    any_speed = next((s for s in speed.values() if s and "costs_ms" in s), None)
+    if any_speed:
+        target_name = Path(any_speed["models"]["target"]).name
+        kind = ("tiny random models (dry run)" if target_name.startswith("tiny") else
+                "random weights with the real Qwen2.5-Coder shapes, FP16 safetensors")
+        lines.append(f"Speed models: {target_name} / {Path(any_speed['models']['draft']).name} ({kind}); "
+                     f"prompt {any_speed['prompt_tokens']} tokens, {any_speed['new_tokens']} new tokens, greedy, "
+                     f"K = {any_speed['k']}. Conformance: tiny random models.")
+    lines.append("")
+    labels = [_cell(speed[b], lambda e: e["label"]) if speed[b] and "label" in speed[b] else b for b in backends]
+    lines.append("| | " + " | ".join(labels) + " |")
+    lines.append("|---|" + "---|" * len(backends))
+
+    def row(title: str, fn: Callable[[dict[str, Any]], str], table: dict[str, Any]) -> None:
+        lines.append(f"| {title} | " + " | ".join(_cell(table[b], fn) for b in backends) + " |")
+
+    row("conformance suite", lambda e: f"{e['counts']['passed']} passed, {e['counts']['failed']} failed, "
+        f"{e['counts']['error']} errors, {e['counts']['skipped']} skipped ({e['label']})", conf)
+    row("load target + draft, s", lambda e: f"{e['load_seconds']:.1f}", speed)
+    row("prefill of the prompt, ms", lambda e: f"{e['costs_ms']['prefill']:.1f}", speed)
+    row("target step (1 token), ms", lambda e: f"{e['costs_ms']['target_step']:.2f}", speed)
+    row("draft step (1 token), ms", lambda e: f"{e['costs_ms']['draft_step']:.2f}", speed)
+    for k in VERIFY_KS:
+        row(f"verify K+1 = {k + 1} tokens (K = {k}), ms",
+            lambda e, k=k: f"{e['costs_ms'][f'verify_{k + 1}']:.2f} ({e['costs_ms'][f'verify_{k + 1}'] / e['costs_ms']['target_step']:.2f}x a step)",
+            speed)
+    row("target-only, ms/token", lambda e: f"{e['generation']['target_only']['ms_per_token']:.2f}", speed)
+    row("speculative, self-draft (acceptance ~1)", lambda e: _spec(e["generation"]["self_draft"]), speed)
+    row("speculative, draft model (unrelated random: acceptance ~0)", lambda e: _spec(e["generation"]["draft"]), speed)
+    notes = []
+    for b in backends:
+        for entry in (conf[b], speed[b]):
+            if entry and "unavailable" in entry:
+                notes.append(f"- {b}: {entry['unavailable']}")
+                break
+            if entry and "crashed" in entry:
+                notes.append(f"- {b}: crashed: {entry['crashed']}")
+                break
+        if conf[b] and "results" in conf[b]:
+            bad = {k: v for k, v in conf[b]["results"].items() if not v.startswith(("passed", "skipped"))}
+            notes += [f"- {b} conformance {k}: {v}" for k, v in bad.items()]
+    if build and build.get("status") != "ok" and build.get("log_tail"):
+        notes.append("- exllamav2 build log (end): " + " / ".join(build["log_tail"][-5:]))
+    pytest_out = results / "pytest-exllamav2.txt"
+    if pytest_out.is_file():
+        tail = [line for line in pytest_out.read_text().splitlines() if line.strip()][-1:]
+        notes.append(f"- pytest tests/test_backend_conformance.py -k exllamav2: {tail[0] if tail else '(no output)'}")
+    if prep:
+        notes.append(f"- models built in {prep.get('seconds')} s")
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+# -- main ----------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("steps", nargs="+", choices=[*STEPS, "all"])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--tiny", action="store_true", help="tiny models only (the CPU dry run)")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: torch,exllamav2")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/codecue-gpu-check/models"), help="where models are built")
+    parser.add_argument("--results", type=Path, default=None, help="step results (JSON); default: --out/gpu_check")
+    parser.add_argument("--out", type=Path, default=None, help="where the table goes (default: $OUT, else bench_out)")
+    parser.add_argument("--prompt-tokens", type=int, default=None, help="default 512 (GPU) / 48 (--tiny)")
+    parser.add_argument("--new-tokens", type=int, default=None, help="default 128 (GPU) / 24 (--tiny)")
+    parser.add_argument("--reps", type=int, default=None, help="timed repetitions per cost (default 20 / 3)")
+    parser.add_argument("--k", type=int, default=4, help="draft depth for the speculative runs")
+    args = parser.parse_args(argv)
+    args.backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    unknown = [b for b in args.backends if b not in BACKENDS]
+    if unknown:
+        parser.error(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(BACKENDS)}")
+    args.steps = list(STEPS) if "all" in args.steps else args.steps
+    args.prompt_tokens = args.prompt_tokens or (48 if args.tiny else 512)
+    args.new_tokens = args.new_tokens or (24 if args.tiny else 128)
+    args.reps = args.reps or (3 if args.tiny else 20)
+    args.out = args.out or Path(os.environ.get("OUT") or REPO / "bench_out")
+    args.results = args.results or args.out / "gpu_check"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.device == "cuda" and set(args.steps) - {"report"} and not torch.cuda.is_available():
+        print("gpu_check: --device cuda but torch sees no CUDA GPU (use --device cpu --tiny for the dry run)",
+              file=sys.stderr)
+        return 2
+    if args.tiny:
+        # Tiny models gain nothing from intra-op threads, and on a busy machine OpenMP's spinning threads
+        # make each step hundreds of times slower: keep the dry run quick and unaffected by load.
+        torch.set_num_threads(1)
+    from codecue.paths import atomic_write_text
+
+    args.results.mkdir(parents=True, exist_ok=True)
+
+    def save(name: str, data: dict[str, Any]) -> None:
+        atomic_write_text(args.results / f"{name}.json", json.dumps(data, indent=2))
+
+    dirs = model_dirs(args.work, args.tiny, args.device)
+    for step in args.steps:
+        started = time.perf_counter()
+        if step == "prepare":
+            save("prepare", prepare(args.work, args.tiny, args.device))
+            save("environment", environment(args.device))
+        elif step in ("conformance", "speed"):
+            for name in args.backends:
+                try:
+                    if step == "conformance":
+                        data = run_conformance(name, dirs, args.device)
+                    else:
+                        data = run_speed(name, dirs, args.device, args.prompt_tokens, args.new_tokens, args.reps, args.k)
+                except Exception as exc:  # noqa: BLE001 - record it and go on with the other backend
+                    traceback.print_exc()
+                    data = {"crashed": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}
+                save(f"{step}-{name}", data)
+                summary = data.get("counts") or data.get("unavailable") or data.get("crashed") or "done"
+                print(f"[gpu_check] {step} {name}: {summary}", flush=True)
+        elif step == "report":
+            if not (args.results / "environment.json").is_file():
+                save("environment", environment(args.device))
+            table = render_report(args.results, args.backends)
+            print(table)
+            args.out.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(args.out / "gpu_check.md", table)
+        print(f"[gpu_check] {step}: {time.perf_counter() - started:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
