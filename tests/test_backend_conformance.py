@@ -6,8 +6,8 @@ directory. A backend that cannot run here is skipped with the reason (see it wit
 
 Tolerances: a backend's multi-token evaluation and its one-token steps run different kernels (batched
 matmuls, another attention tiling, llama.cpp's F16 KV cache), so logits agree closely but not bit for bit.
-Measured on the tiny models (logits within ±5.3): torch float32 ≤ 1e-5; llama.cpp ≤ 2.3e-4 between one-token
-steps and a batch, ≤ 3.6e-3 between different batch splits. The bound here is 1e-2. The tiny models do
+Measured on the tiny models (logits within ±5.3): torch float32 ≤ 1e-5; llama.cpp ≤ 3e-4 between one-token
+steps and a batch (≤ 5e-3 past 256 cached positions), ≤ 3.6e-3 between different batch splits. The bound here is 1e-2. The tiny models do
 have near-ties (smallest top-2 gap measured: 0.004), so argmax agreement is asserted where the top two
 logits are more than twice the tolerance apart; greedy identity is asserted outright (and on a
 mismatch, the message gives the top-2 gap where the outputs diverge).
@@ -199,6 +199,17 @@ def test_multi_token_rows_equal_one_token_steps(target: Backend, tokenizer) -> N
     target.reset()
     stepped = torch.cat([target.forward([token]) for token in ids])
     assert_same_logits(batched, stepped)
+
+
+def test_verify_chunks_past_a_long_prefix_equal_steps(target: Backend, tokenizer) -> None:
+    """Past 256 cached positions llama.cpp's one-token attention takes another path than a multi-token
+    call (measured on the tiny model: 5e-3 there vs 3e-4 below; on the real 1.5B it flips argmaxes)."""
+    ids = _ids(tokenizer, (PROMPT + CONTINUATION + OTHER_CONTINUATION) * 8)[:330]
+    assert len(ids) == 330
+    stepped = torch.cat([target.forward([token]) for token in ids])
+    target.reset()
+    chunked = torch.cat([target.forward(ids[start : start + 9]) for start in range(0, len(ids), 9)])
+    assert_same_logits(chunked, stepped)
 
 
 def test_verify_chunk_after_a_prefix_equals_steps(target: Backend, tokenizer) -> None:

@@ -85,6 +85,18 @@ def test_missing_llama_cpp_python_is_a_clear_backend_unavailable(monkeypatch: py
     assert isinstance(info.value, CodeCueError)
 
 
+def test_draft_accounting_reads_acceptance_off_the_context() -> None:
+    from codecue.bench.llamacpp_peers import CountingDraftModel
+
+    counted = CountingDraftModel(lambda ids: [1, 2, 3])
+    assert list(counted([7, 8])) == [1, 2, 3]
+    counted([7, 8, 1, 2, 9])  # two draft tokens accepted, then the target's own token 9
+    counted([7, 8, 1, 2, 9, 1, 2, 3, 4])  # all three accepted plus a bonus token
+    counted([7, 8, 1, 2, 9, 1, 2, 3, 4, 5])  # none accepted
+    stats = counted.stats()
+    assert (stats["draft_calls"], stats["drafted"], stats["accepted"]) == (4.0, 9.0, 5.0)
+
+
 def test_tiny_gguf_has_the_tiny_tokenizer(tiny: dict[str, Path], tokenizer) -> None:
     import gguf
 
@@ -234,6 +246,9 @@ def test_peers_agree_with_each_other_and_with_the_backend(tiny: dict[str, Path],
     assert lookup == plain
     assert drafted == plain
     assert drafted_t["drafted"] > 0 and drafted_t["draft_calls"] > 0
+    # The draft is the target itself (p_min 0): every settled draft token is accepted.
+    assert drafted_t["accepted"] == drafted_t["drafted"]
+    assert 0 <= lookup_t["accepted"] <= lookup_t["drafted"]
     for timings in (plain_t, lookup_t, drafted_t):
         assert timings["total_ms"] >= timings["ttft_ms"] > 0
         assert timings["new_tokens"] == 24
@@ -272,3 +287,29 @@ def test_real_draft_loads_quantized_and_predicts_code() -> None:
         logits = b.forward(prompt)
         assert logits.shape == (len(prompt), b.vocab_size)
         assert b.detokenize([int(logits[-1].argmax())]).strip() == "n"
+
+
+@needs_llama_cpp
+def test_repack_switch_loads_the_same_model(tiny: dict[str, Path], backend, tokenizer) -> None:
+    ids = tokenizer.encode(CORPUS[0], add_special_tokens=False)
+    backend.reset()
+    reference = backend.forward(ids)
+    with llamacpp.LlamaCppBackend.load(tiny["gguf"], n_ctx=64, repack=False) as plain_layout:
+        assert plain_layout.repack is False
+        torch.testing.assert_close(plain_layout.forward(ids), reference, atol=1e-2, rtol=0)
+
+
+@needs_llama_cpp
+def test_peers_without_repack_restore_llama_cpp_defaults(tiny: dict[str, Path], tokenizer) -> None:
+    import llama_cpp.llama_cpp as lib
+
+    from codecue.bench.llamacpp_peers import LlamaCppPeers
+
+    original = lib.llama_model_default_params
+    prompt = tokenizer.encode(CORPUS[0], add_special_tokens=False)
+    with LlamaCppPeers(tiny["gguf"], n_ctx=128, repack=False) as peers:
+        tokens, _ = peers.target_only(prompt, 8, stop_ids=())
+    assert lib.llama_model_default_params is original
+    assert lib.llama_model_default_params().use_extra_bufts  # llama.cpp's default is untouched
+    with LlamaCppPeers(tiny["gguf"], n_ctx=128) as peers:
+        assert peers.target_only(prompt, 8, stop_ids=())[0] == tokens

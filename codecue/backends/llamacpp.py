@@ -119,6 +119,7 @@ class LlamaCppBackend:
         n_ctx: int,
         n_batch: int,
         n_threads: int,
+        repack: bool = True,
     ) -> None:
         self._lib = lib
         self._model = model
@@ -133,6 +134,7 @@ class LlamaCppBackend:
         self._length = 0
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
         self._closed = False
+        self.repack = repack
 
     @classmethod
     def load(
@@ -142,12 +144,21 @@ class LlamaCppBackend:
         n_threads: int | None = None,
         n_batch: int = 512,
         flash_attn: bool | None = None,
+        repack: bool = True,
     ) -> LlamaCppBackend:
         """Load a GGUF file as it is (quantized weights stay quantized) into a context of ``n_ctx`` tokens.
 
         ``n_batch`` is the most tokens one ``llama_decode`` call takes; it must cover the largest verify
         chunk and should match the engine's prefill chunk (longer inputs are split). ``flash_attn``:
         ``None`` lets llama.cpp decide (its default), ``True``/``False`` force it on or off.
+
+        ``repack`` lets llama.cpp re-lay quantized weights for its faster CPU kernels (its default). It
+        changes numerics. Measured on the default Q4_K_M target (this build, AVX-512): with it, a call of
+        4+ tokens (a verify with K >= 3) runs other matmul kernels than a one-token step; without it, up
+        to 7 tokens (K <= 6) evaluate bit-identically to one-token steps, at ~25% slower decode (but faster
+        prefill). In both layouts, past 256 cached positions any multi-token call takes another attention
+        path than a one-token step. Either difference can flip a near-tie argmax. Both sides of an identity
+        check must use the same setting: even one-token logits differ between the two layouts.
         """
         lib = _load_lib()
         path = Path(path).expanduser()
@@ -159,6 +170,7 @@ class LlamaCppBackend:
 
         model_params = lib.llama_model_default_params()
         model_params.n_gpu_layers = 0  # this is the CPU path; CUDA machines use exllamav2 or torch
+        model_params.use_extra_bufts = repack
         model = lib.llama_model_load_from_file(str(path).encode("utf-8"), model_params)
         if not model:
             raise ModelError(f"llama.cpp could not load {path}", "the file may be truncated or not a GGUF model")
@@ -183,7 +195,7 @@ class LlamaCppBackend:
         if not context:
             lib.llama_model_free(model)
             raise ModelError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
-        return cls(lib, model, context, path, int(lib.llama_n_ctx(context)), n_batch, n_threads)
+        return cls(lib, model, context, path, int(lib.llama_n_ctx(context)), n_batch, n_threads, repack)
 
     # -- the Backend protocol -------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ no llama.cpp executables. ``draft_model`` is the closest equivalent: the same al
 verification and rollback done by llama-cpp-python.
 
 Every mode returns ``(generated_token_ids, timings)`` where timings holds ``ttft_ms`` (call to first token,
-prompt processing included), ``tpot_ms`` (mean time per token after the first), ``total_ms`` and counts.
+prompt processing included), ``tpot_ms`` (mean time per token after the first), ``total_ms`` and counts;
+the speculative modes add ``draft_calls``, ``drafted``, ``accepted`` and ``draft_ms``.
 Models are loaded once by :class:`LlamaCppPeers` and reused across calls; the module-level functions keep
 one instance per set of model paths.
 """
@@ -198,8 +199,12 @@ class LlamaCppPeers:
 
         with self._lock:
             llm = self.speculative
-            llm.draft_model = LlamaPromptLookupDecoding(max_ngram_size=max_ngram_size, num_pred_tokens=num_pred_tokens)
-            return self._run(llm, prompt_ids, max_new_tokens, stop_ids)
+            lookup = LlamaPromptLookupDecoding(max_ngram_size=max_ngram_size, num_pred_tokens=num_pred_tokens)
+            counted = CountingDraftModel(lookup)
+            llm.draft_model = counted
+            ids, timings = self._run(llm, prompt_ids, max_new_tokens, stop_ids)
+            timings.update(counted.stats())
+            return ids, timings
 
     def draft_model(
         self,
@@ -216,9 +221,7 @@ class LlamaCppPeers:
             drafter = GreedyDraftModel(self.draft_backend, draft_max=draft_max, p_min=p_min)
             llm.draft_model = drafter
             ids, timings = self._run(llm, prompt_ids, max_new_tokens, stop_ids)
-            timings["draft_calls"] = float(drafter.calls)
-            timings["drafted"] = float(drafter.drafted)
-            timings["draft_ms"] = drafter.seconds * 1e3
+            timings.update(drafter.stats())
             return ids, timings
 
     def _run(
@@ -269,7 +272,54 @@ def _llama_draft_model_base() -> type:
     return LlamaDraftModel
 
 
-class GreedyDraftModel(_llama_draft_model_base()):  # type: ignore[misc]
+class CountingDraftModel(_llama_draft_model_base()):  # type: ignore[misc]
+    """Wraps a ``LlamaDraftModel`` and counts its calls, time, drafted and accepted tokens.
+
+    llama-cpp-python does not report acceptance, so it is read off the context: the tokens committed
+    between two calls are the accepted prefix of the previous draft plus the target's own token.
+    A draft still pending when generation stops is not counted.
+    """
+
+    def __init__(self, inner: Any = None) -> None:
+        self.inner = inner
+        self.calls = 0
+        self.drafted = 0
+        self.accepted = 0
+        self.seconds = 0.0
+        self._pending: list[int] = []
+        self._pending_at = 0
+
+    def propose(self, context: list[int]) -> list[int]:
+        return [int(t) for t in self.inner(np_intc(context))]
+
+    def __call__(self, input_ids: Any, /, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        context = [int(t) for t in input_ids]
+        if self._pending and len(context) > self._pending_at:
+            committed = context[self._pending_at :]
+            n = 0
+            while n < min(len(committed), len(self._pending)) and committed[n] == self._pending[n]:
+                n += 1
+            self.drafted += len(self._pending)
+            self.accepted += n
+        draft = self.propose(context)
+        self._pending, self._pending_at = draft, len(context)
+        self.calls += 1
+        self.seconds += time.perf_counter() - t0
+        return np_intc(draft)
+
+    def stats(self) -> dict[str, float]:
+        return {"draft_calls": float(self.calls), "drafted": float(self.drafted),
+                "accepted": float(self.accepted), "draft_ms": self.seconds * 1e3}
+
+
+def np_intc(tokens: Sequence[int]) -> Any:
+    import numpy as np
+
+    return np.asarray(tokens, dtype=np.intc)
+
+
+class GreedyDraftModel(CountingDraftModel):
     """A GGUF draft model behind llama-cpp-python's ``LlamaDraftModel`` hook.
 
     Keeps its own KV cache in sync with the target's context by longest common prefix, then drafts greedily
@@ -279,22 +329,17 @@ class GreedyDraftModel(_llama_draft_model_base()):  # type: ignore[misc]
     def __init__(self, backend: Any, draft_max: int = 4, p_min: float = 0.75) -> None:
         from codecue.backends.base import CachedSequence
 
+        super().__init__()
         if draft_max < 1:
             raise ValueError(f"draft_max must be >= 1, got {draft_max}")
         self.seq = CachedSequence(backend)
         self.seq.reset()
         self.draft_max = draft_max
         self.p_min = p_min
-        self.calls = 0
-        self.drafted = 0
-        self.seconds = 0.0
 
-    def __call__(self, input_ids: Any, /, **kwargs: Any) -> Any:
-        import numpy as np
+    def propose(self, context: list[int]) -> list[int]:
         import torch
 
-        t0 = time.perf_counter()
-        context = [int(t) for t in input_ids]
         draft: list[int] = []
         logits = self.seq.sync(context, 1)[-1]
         for i in range(self.draft_max):
@@ -307,10 +352,7 @@ class GreedyDraftModel(_llama_draft_model_base()):  # type: ignore[misc]
             draft.append(token)
             if i + 1 < self.draft_max:
                 logits = self.seq.extend([token])[-1]
-        self.calls += 1
-        self.drafted += len(draft)
-        self.seconds += time.perf_counter() - t0
-        return np.array(draft, dtype=np.intc)
+        return draft
 
 
 _peers: dict[str, LlamaCppPeers] = {}
