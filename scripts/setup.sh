@@ -33,7 +33,7 @@ if ! "$VPY" -c 'import llama_cpp' 2>/dev/null; then
   step "building llama-cpp-python (compiles llama.cpp; ~6 min on 2 cores the first time)"
   start=$(date +%s)
   if CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-     "$VPY" -m pip install -q 'llama-cpp-python>=0.3.8,<0.4'; then
+     "$VPY" -m pip install -q 'llama-cpp-python>=0.3.36,<0.4'; then
     echo "llama-cpp-python ready in $(( $(date +%s) - start )) s"
   else
     echo "WARNING: llama-cpp-python failed to build; CodeCue will use the torch backend." >&2

@@ -27,8 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_out", type=Path, help="write every run and the summary here")
     parser.add_argument("--plot", type=Path, help="draw a PNG of speedups per language")
     parser.add_argument("--replay", type=Path, help="keystroke-replay benchmark of the language server on FILE")
-    parser.add_argument("--backends", nargs="+", choices=["torch", "llamacpp", "exllamav2"],
-                        help="run the engine methods on each of these backends in the same run")
+    parser.add_argument("--backends", nargs="+", metavar="TARGET[+DRAFT]",
+                        help="run the engine methods on each of these backends in the same run; "
+                             "torch+llamacpp = target on torch, draft on llama.cpp")
     parser.add_argument("--baseline", default=None,
                         help="method every speedup is measured against (default: target-only on the first backend)")
     add_model_arguments(parser)
@@ -102,10 +103,17 @@ def run(args: argparse.Namespace) -> int:
     progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     for i, backend in enumerate(backends):
         print(f"loading models (backend {backend}) ...", file=sys.stderr)
-        config.backend = backend
-        config.draft_backend = args.draft_backend
+        target_backend, _, draft_backend = backend.partition("+")
+        for b in (target_backend, draft_backend):
+            if b and b not in ("auto", "torch", "llamacpp", "exllamav2"):
+                raise CodeCueError(f"unknown backend {b!r} in --backends {backend}",
+                                   "use torch, llamacpp, exllamav2, or TARGET+DRAFT")
+        config.backend = target_backend
+        config.draft_backend = draft_backend or args.draft_backend
         completer = Completer.load(config)
         name = completer.target.backend.name
+        if completer.draft is not None and completer.draft.backend.name != name:
+            name = f"{name}+{completer.draft.backend.name}"
         label = (lambda m, name=name: f"{name}:{m}") if len(backends) > 1 else (lambda m: m)
         # peers run once, next to the backend they belong to
         wanted = [m for m in methods if m in ENGINE_METHODS
