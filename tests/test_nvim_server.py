@@ -232,7 +232,7 @@ def test_missing_model_is_one_clear_message(start, tmp_path):
 
 @pytest.mark.realmodels
 def test_real_pair_ghost_text_and_accept(start, tmp_path, real_models):
-    target, draft = real_models
+    target, draft = (getattr(source, "path", source) for source in real_models)
     nvim = start(cmd=serve_cmd(target, draft))
     path = tmp_path / "fib.py"
     nvim.edit(path, "def fibonacci(n):\n    if n < 2:\n        return n\n    return \n")

@@ -17,6 +17,8 @@ from codecue.options import BACKENDS, DRAFT_MODES
 
 log = logging.getLogger(__name__)
 
+DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
+
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Model flags shared by ``serve`` and ``daemon start`` (None = the configured default)."""
@@ -25,12 +27,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=BACKENDS, help="runtime for both models (default: auto)")
     parser.add_argument("--draft-mode", choices=DRAFT_MODES,
                         help="hybrid (n-gram then draft model), model, ngram, or none (default: hybrid)")
+    parser.add_argument("--dtype", choices=DTYPES,
+                        help="torch backend weights (default: auto, the faster of fp32 and bf16 measured at load)")
 
 
 def model_flags(args: argparse.Namespace) -> list[str]:
     """The model flags the user gave, to pass on to a daemon this command starts."""
     out = []
-    for name in ("target", "draft", "backend", "draft_mode"):
+    for name in ("target", "draft", "backend", "draft_mode", "dtype"):
         value = getattr(args, name, None)
         if value:
             out += [f"--{name.replace('_', '-')}", str(value)]
@@ -41,7 +45,7 @@ def model_choice(args: argparse.Namespace):  # -> ModelChoice (import kept light
     from codecue.server.worker import ModelChoice
 
     return ModelChoice(target=args.target, draft=args.draft, backend=args.backend or "auto",
-                       draft_mode=args.draft_mode or "hybrid")
+                       draft_mode=args.draft_mode or "hybrid", dtype=args.dtype or "auto")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from codecue.server.relay import run_relay
 
     model = {k: v for k, v in (("target", args.target), ("draft", args.draft), ("backend", args.backend),
-                               ("draftMode", args.draft_mode)) if v}
+                               ("draftMode", args.draft_mode), ("dtype", args.dtype)) if v}
     return run_relay(model_flags(args), model)
 
 

@@ -62,6 +62,7 @@ def model_from_hello(base: ModelChoice, model: Any) -> ModelChoice:
         draft=pick.get("draft", base.draft),
         backend=pick.get("backend", base.backend),
         draft_mode=pick.get("draftMode", base.draft_mode),
+        dtype=pick.get("dtype", base.dtype),
     )
 
 

@@ -32,6 +32,7 @@ SOCKET_NAME = "codecue.sock"
 PID_NAME = "daemon.pid"
 LOCK_NAME = "daemon.lock"
 LOG_NAME = "daemon.log"
+MAX_LOG_BYTES = 5 * 1024 * 1024
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the terminating NUL
 
 
@@ -121,6 +122,9 @@ def spawn(options: list[str]) -> subprocess.Popen[bytes]:
     """Start a daemon detached from the caller: its own session (an editor's Ctrl-C or exit does not reach
     it), no stdin, output to the log."""
     ensure_runtime_dir()
+    with contextlib.suppress(OSError):
+        if log_path().stat().st_size > MAX_LOG_BYTES:  # keep one old log, not an ever-growing one
+            os.replace(log_path(), log_path().with_suffix(".log.1"))
     log = open(log_path(), "ab")  # noqa: SIM115 - handed to the child
     try:
         os.chmod(log_path(), 0o600)

@@ -116,21 +116,24 @@ class InlineCompletions:
             raise JsonRpcInvalidParams(f"Invalid Params: {exc} in {doc.uri}") from None
         if not doc.completable:
             return None
+        if not self.server.options.language_enabled(doc.language_id, self.server.hooks.language(doc.language_id)):
+            return None
         return CompletionRequest(request_id, doc.uri, doc.version, params.position.line, params.position.character,
                                  prefix, suffix, doc.language_id)
 
     async def complete(self, request: CompletionRequest) -> str | None:
-        """The suggestion's text from the cursor on, or None when there is nothing (fresh) to show."""
+        """The suggestion's text from the cursor on, or None when the request was replaced by a newer one
+        or its answer went stale."""
         server = self.server
         language = server.hooks.language(request.language_id)
-        if not server.options.language_enabled(request.language_id, language):
-            return None
         gen = self.active.get(request.uri)
         if gen is not None and gen.state in ("pending", "running", "done"):
             typed = typed_since(gen.prefix, gen.suffix, request.prefix, request.suffix)
             if typed is not None:
                 if gen.state == "done":
                     final = gen.final or ""
+                    if typed == "" and final == "":
+                        return ""  # asked again where the model had nothing to say: still nothing
                     if final.startswith(typed) and len(final) > len(typed):
                         server.stats.type_through += 1
                         rest = final[len(typed):]

@@ -54,16 +54,21 @@ class Relay:
         except OSError:  # the editor is gone; nothing left to tell it
             pass
 
-    def track_client_message(self, message: Any) -> None:
-        """Remember what a restarted daemon needs to be told, and which requests await answers."""
+    def track_request(self, message: Any) -> None:
+        """Note a request that awaits an answer (before sending it: the answer may come at once)."""
+        if isinstance(message, dict) and isinstance(message.get("method"), str) \
+                and isinstance(message.get("id"), (int, str)) and not isinstance(message.get("id"), bool):
+            self.pending[message["id"]] = message["method"]
+
+    def track_state(self, message: Any) -> None:
+        """Remember what a restarted daemon needs to be told. Called after the message went out, so that a
+        replay that happens while sending it describes the state before it."""
         if not isinstance(message, dict):
             return
         method = message.get("method")
         if not isinstance(method, str):
             return
         params = message.get("params") if isinstance(message.get("params"), dict) else {}
-        if "id" in message and isinstance(message["id"], (int, str)):
-            self.pending[message["id"]] = method
         try:
             if method == "initialize" and "id" in message:
                 self.initialize = message
@@ -216,11 +221,11 @@ class Relay:
                     message = json.loads(body)
                 except ValueError:
                     message = None
-                # Track before sending, so a request that fails on the way is answered like the others.
-                self.track_client_message(message)
+                self.track_request(message)
                 is_exit = isinstance(message, dict) and message.get("method") == "exit"
                 if not await self.send_to_daemon(encode_frame(body)):
                     self.answer_unreachable(message)
+                self.track_state(message)
                 if is_exit:
                     exit_code = 0 if self.shutdown_requested else 1
                     break

@@ -11,6 +11,7 @@ from collections.abc import Generator
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcRequestCancelled
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -26,6 +27,22 @@ from codecue.server.stats import SessionStats
 from codecue.server.worker import ModelChoice, ModelWorker
 
 log = logging.getLogger(__name__)
+
+
+class _ExpectedErrorFilter(logging.Filter):
+    """pygls logs a traceback for every error response. Invalid positions, cancelled requests and
+    malformed messages are the client's business and already answered; keep the log for real failures."""
+
+    QUIET = {JsonRpcInvalidParams.CODE, JsonRpcRequestCancelled.CODE}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Unable to deserialize message"):
+            return False  # the transport answers these itself
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, JsonRpcException) and exc.code in self.QUIET)
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_ExpectedErrorFilter())
 
 
 class CodeCueProtocol(LanguageServerProtocol):
@@ -109,6 +126,21 @@ class CodeCueServer(LanguageServer):
         """A failed generation: the request gets the error; a user-fixable one is also shown once."""
         if isinstance(exc, CodeCueError):
             self.warn_once(f"error:{exc}", f"CodeCue: {exc}")
+
+    def malformed_notification(self, method: str | None, data: dict[str, Any]) -> None:
+        """A notification that could not be read was dropped. A dropped didChange means our copy of the
+        document no longer matches the editor's: stop completing it until the editor resends it whole."""
+        if method != types.TEXT_DOCUMENT_DID_CHANGE:
+            return
+        params = data.get("params")
+        text_document = params.get("textDocument") if isinstance(params, dict) else None
+        uri = text_document.get("uri") if isinstance(text_document, dict) else None
+        doc = self.documents.get(uri) if isinstance(uri, str) else None
+        if doc is not None:
+            doc.in_sync = False
+            self.completions.forget(doc.uri)
+            self.warn_once(f"sync:{doc.uri}", f"CodeCue: lost track of {doc.uri} (a change could not be read); "
+                           "suggestions pause there until the editor sends the whole document again")
 
     def session_closed(self) -> None:
         """The connection ended: stop this session's generations (the worker and other sessions go on)."""

@@ -15,6 +15,7 @@ generation in that language drafted (K > 0 with a proposer).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +97,7 @@ class SessionStats:
         self.max_rounds_after_cancel = 0
         self.last_cancel: CancelRecord | None = None
         self.last_generation: dict[str, Any] | None = None
+        self.generations: deque[dict[str, Any]] = deque(maxlen=1000)  # recent ones, for benchmarks
 
     def record(self, language: str, result: GenerationResult) -> None:
         stats = result.stats
@@ -105,6 +107,7 @@ class SessionStats:
             "rounds": stats.rounds, "promptTokens": stats.prompt_tokens, "prefilledTokens": stats.prefilled_tokens,
             "ttftMs": round(stats.ttft_ms, 1), "totalMs": round(stats.total_ms, 1), "speculative": stats.speculative,
         }
+        self.generations.append(self.last_generation)
 
     def record_cancel(self, record: CancelRecord) -> None:
         self.max_rounds_after_cancel = max(self.max_rounds_after_cancel, record.rounds_after_cancel)

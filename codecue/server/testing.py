@@ -24,9 +24,9 @@ class ThrottledBackend:
         self._inner = inner
         self._delay_s = delay_s
 
-    def forward(self, token_ids: Sequence[int]) -> Any:
+    def forward(self, token_ids: Sequence[int], *args: Any, **kwargs: Any) -> Any:
         time.sleep(self._delay_s)
-        return self._inner.forward(token_ids)
+        return self._inner.forward(token_ids, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -52,9 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft")
     parser.add_argument("--backend", default="torch")
     parser.add_argument("--draft-mode", default="hybrid")
+    parser.add_argument("--dtype", default="float32")
     parser.add_argument("--forward-delay-ms", type=float, default=0.0)
     args = parser.parse_args(argv)
-    choice = ModelChoice(args.target, args.draft, args.backend, args.draft_mode)
+    choice = ModelChoice(args.target, args.draft, args.backend, args.draft_mode, args.dtype)
     factory = throttled_factory(args.forward_delay_ms / 1000) if args.forward_delay_ms else load_completer
     worker = ModelWorker(choice, factory, idle_unload_s=None)
     try:

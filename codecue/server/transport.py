@@ -115,6 +115,7 @@ def dispatch(server: CodeCueServer, body: bytes) -> None:
                                          f"Invalid params for {method}: {detail}"))
         else:
             log.warning("dropped a malformed %s notification: %s", method, detail)
+            server.malformed_notification(method, data)
         return
     try:
         server.protocol.handle_message(message)

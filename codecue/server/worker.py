@@ -36,12 +36,14 @@ class ModelChoice:
     draft: str | None = None
     backend: str = "auto"
     draft_mode: str = "hybrid"
+    dtype: str = "auto"  # torch backend weights; "auto" is measured at load time (fp32 or bf16)
 
     def with_models(self, target: str | None, draft: str | None) -> ModelChoice:
         return replace(self, target=target or self.target, draft=draft or self.draft)
 
     def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "draft": self.draft, "backend": self.backend, "draftMode": self.draft_mode}
+        return {"target": self.target, "draft": self.draft, "backend": self.backend, "draftMode": self.draft_mode,
+                "dtype": self.dtype}
 
 
 CompleterFactory = Callable[[ModelChoice], "Completer"]
@@ -52,7 +54,7 @@ def load_completer(choice: ModelChoice) -> Completer:
     from codecue.completion import Completer, CompleterConfig
 
     return Completer.load(CompleterConfig(target=choice.target, draft=choice.draft, backend=choice.backend,
-                                          draft_mode=choice.draft_mode))
+                                          draft_mode=choice.draft_mode, dtype=choice.dtype))
 
 
 @dataclass(eq=False)
@@ -176,7 +178,8 @@ class ModelWorker:
         with self._cond:
             self._unload_locked()
 
-    def shutdown(self, timeout: float = 10.0) -> None:
+    def shutdown(self, timeout: float = 10.0, unload: bool = True) -> None:
+        """Stop the thread (cancelling what is queued or running) and, unless told not to, unload."""
         with self._cond:
             self._stopping = True
             for job in self._queue:
@@ -188,8 +191,9 @@ class ModelWorker:
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
-        with self._cond:
-            self._unload_locked()
+        if unload:
+            with self._cond:
+                self._unload_locked()
 
     # -- the thread ----------------------------------------------------------------------------------
     def _unload_locked(self) -> None:
