@@ -6,3 +6,6 @@ bash scripts/setup.sh --no-demo
 export CODECUE_REQUIRE_REAL_MODELS=1  # the integration tests must run, not skip
 printf '\n== python tests\n'
 .venv/bin/python -m pytest -q -rs
+
+printf '\n== VS Code extension: unit tests, build, package\n'
+(cd editor_clients/vscode && npm ci --no-audit --no-fund --loglevel=error && npm test && npm run build && npm run package)

@@ -217,9 +217,10 @@ def test_missing_model_is_one_clear_message(start, tmp_path):
         "a message naming the missing model",
     )
     lsp_log = tmp_path / "state" / "nvim" / "lsp.log"
-    failed = lambda: (
-        lsp_log.read_text(errors="replace").count("model path not found") if lsp_log.exists() else 0
-    )  # noqa: E731
+
+    def failed() -> int:
+        return lsp_log.read_text(errors="replace").count("model path not found") if lsp_log.exists() else 0
+
     seen = failed()
     nvim.type("s")
     nvim.wait_for(lambda: failed() > seen, "a second failed completion")

@@ -1,0 +1,222 @@
+/**
+ * CodeCue for VS Code: starts `codecue serve --stdio` through vscode-languageclient, shows its inline
+ * completions (LSP 3.18 textDocument/inlineCompletion) streaming as ghost text, and puts the session's
+ * acceptance rate and tokens/s in the status bar.
+ */
+import * as vscode from 'vscode';
+import { LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind } from 'vscode-languageclient/node';
+import { PARTIAL_COMPLETION, STATS, StatsResult } from './protocol';
+import { InlineCompletionController } from './provider';
+import { Settings, documentSelector, initializationOptions, needsRestart, readSettings } from './settings';
+import { statsLines, statusText } from './stats';
+
+const TRIGGER_INLINE_SUGGEST = 'editor.action.inlineSuggest.trigger';
+
+let client: LanguageClient | undefined;
+let settings: Settings;
+let controller: InlineCompletionController;
+let statusBar: vscode.StatusBarItem;
+let output: vscode.LogOutputChannel;
+let lastStats: StatsResult | undefined;
+let statsTimer: ReturnType<typeof setInterval> | undefined;
+let statsRefreshPending = false;
+
+function loadSettings(): Settings {
+  const config = vscode.workspace.getConfiguration('codecue');
+  const { settings: loaded, problems } = readSettings((key) => {
+    const inspected = config.inspect(key);
+    return inspected?.workspaceFolderValue ?? inspected?.workspaceValue ?? inspected?.globalValue;
+  });
+  for (const problem of problems) {
+    output.appendLine(problem);
+    void vscode.window.showWarningMessage(`CodeCue: ${problem}`);
+  }
+  return loaded;
+}
+
+function serverState(): 'off' | 'starting' | 'running' | 'down' {
+  if (!settings.enabled || !controller.enabled) {
+    return 'off';
+  }
+  if (!client) {
+    return 'down';
+  }
+  switch (client.state) {
+    case State.Running:
+      return 'running';
+    case State.Starting:
+      return 'starting';
+    default:
+      return 'down';
+  }
+}
+
+function updateStatusBar(): void {
+  statusBar.text = statusText(serverState(), lastStats);
+  const tooltip = new vscode.MarkdownString(
+    lastStats ? statsLines(lastStats).map((line) => `- ${line}`).join('\n') : 'No completions yet',
+  );
+  tooltip.appendMarkdown('\n\nClick for CodeCue stats');
+  statusBar.tooltip = tooltip;
+  statusBar.show();
+}
+
+async function fetchStats(): Promise<StatsResult | undefined> {
+  if (!client || client.state !== State.Running) {
+    return undefined;
+  }
+  try {
+    lastStats = await client.sendRequest<StatsResult>(STATS, {});
+  } catch (error) {
+    output.appendLine(`codecue/stats failed: ${String(error)}`);
+  }
+  updateStatusBar();
+  return lastStats;
+}
+
+/** Refresh the stats soon after answers, at most once every two seconds. */
+function scheduleStatsRefresh(): void {
+  if (statsRefreshPending) {
+    return;
+  }
+  statsRefreshPending = true;
+  setTimeout(() => {
+    statsRefreshPending = false;
+    void fetchStats();
+  }, 2000);
+}
+
+function restartStatsTimer(): void {
+  if (statsTimer) {
+    clearInterval(statsTimer);
+    statsTimer = undefined;
+  }
+  if (settings.statsIntervalSeconds > 0) {
+    statsTimer = setInterval(() => void fetchStats(), settings.statsIntervalSeconds * 1000);
+  }
+}
+
+async function startClient(): Promise<void> {
+  const serverOptions: ServerOptions = {
+    command: settings.serverPath,
+    args: settings.serverArgs,
+    transport: TransportKind.stdio,
+  };
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: documentSelector(settings),
+    initializationOptions: initializationOptions(settings),
+    outputChannel: output,
+    middleware: {
+      provideInlineCompletionItems: (document, position, context, token, next) =>
+        controller.provide(document, position, context, token, next),
+    },
+  };
+  const created = new LanguageClient('codecue', 'CodeCue', serverOptions, clientOptions);
+  client = created;
+  created.onDidChangeState(() => updateStatusBar());
+  created.onNotification(PARTIAL_COMPLETION, (params: unknown) => controller.onPartial(params));
+  try {
+    await created.start();
+  } catch (error) {
+    const message =
+      `CodeCue: could not start the server (${settings.serverPath} ${settings.serverArgs.join(' ')}): ` +
+      `${error instanceof Error ? error.message : String(error)}. Set codecue.serverPath, or install codecue.`;
+    output.appendLine(message);
+    void vscode.window.showErrorMessage(message);
+  }
+  updateStatusBar();
+}
+
+async function stopClient(): Promise<void> {
+  const running = client;
+  client = undefined;
+  controller.cancelInflight();
+  if (running) {
+    try {
+      await running.stop();
+    } catch (error) {
+      output.appendLine(`stopping the server: ${String(error)}`);
+    }
+  }
+}
+
+async function showStats(): Promise<void> {
+  const stats = await fetchStats();
+  if (!stats) {
+    void vscode.window.showWarningMessage('CodeCue: the server is not running, no stats.');
+    return;
+  }
+  const lines = statsLines(stats);
+  output.appendLine('CodeCue stats:');
+  for (const line of lines) {
+    output.appendLine(`  ${line}`);
+  }
+  void vscode.window.showInformationMessage(`CodeCue — ${lines[lines.length - 1]}`, 'Details').then((choice) => {
+    if (choice === 'Details') {
+      output.show(true);
+    }
+  });
+}
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  output = vscode.window.createOutputChannel('CodeCue', { log: true });
+  settings = loadSettings();
+  controller = new InlineCompletionController({
+    trigger: () => void vscode.commands.executeCommand(TRIGGER_INLINE_SUGGEST),
+    debounceMs: settings.debounceMs,
+    onAnswer: scheduleStatsRefresh,
+    log: (message) => output.appendLine(message),
+  });
+  controller.enabled = settings.enabled;
+  statusBar = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
+  statusBar.command = 'codecue.showStats';
+  context.subscriptions.push(output, statusBar);
+
+  context.subscriptions.push(
+    vscode.commands.registerCommand('codecue.toggle', () => {
+      controller.enabled = !controller.enabled;
+      if (!controller.enabled) {
+        controller.cancelInflight();
+      }
+      updateStatusBar();
+      void vscode.window.showInformationMessage(`CodeCue: suggestions ${controller.enabled ? 'on' : 'off'}`);
+    }),
+    vscode.commands.registerCommand('codecue.showStats', showStats),
+    vscode.commands.registerCommand('codecue.restartServer', async () => {
+      await stopClient();
+      await startClient();
+    }),
+    vscode.commands.registerCommand('codecue.acceptWord', () =>
+      vscode.commands.executeCommand('editor.action.inlineSuggest.acceptNextWord'),
+    ),
+    vscode.commands.registerCommand('codecue.acceptLine', () =>
+      vscode.commands.executeCommand('editor.action.inlineSuggest.acceptNextLine'),
+    ),
+    vscode.workspace.onDidCloseTextDocument((document) => controller.forget(document.uri.toString())),
+    vscode.workspace.onDidChangeConfiguration(async (event) => {
+      if (!event.affectsConfiguration('codecue')) {
+        return;
+      }
+      const previous = settings;
+      settings = loadSettings();
+      controller.enabled = settings.enabled;
+      controller.debouncer.delayMs = settings.debounceMs;
+      restartStatsTimer();
+      if (needsRestart(previous, settings) || previous.languages.join() !== settings.languages.join()) {
+        await stopClient();
+        await startClient();
+      }
+      updateStatusBar();
+    }),
+  );
+  restartStatsTimer();
+  updateStatusBar();
+  await startClient();
+}
+
+export async function deactivate(): Promise<void> {
+  if (statsTimer) {
+    clearInterval(statsTimer);
+  }
+  await stopClient();
+}
