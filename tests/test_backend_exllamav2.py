@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -610,7 +611,8 @@ def test_gpu_check_runs_every_step_for_exllamav2_on_the_stand_in(fake_gpu, tmp_p
     assert draft["acceptance"] < 0.5 and draft["identical"]  # lossless even when (almost) every draft is wrong
     table = (out / "gpu_check.md").read_text()
     assert table.strip() in capsys.readouterr().out  # printed as well as written
-    assert "| exllamav2 fp16 |" in table and "15 passed, 0 failed" in table
+    n_passed = conformance["counts"]["passed"]
+    assert "| exllamav2 fp16 |" in table and f"{n_passed} passed, 0 failed" in table
     assert all(f"verify K+1 = {k + 1} tokens (K = {k})" in table for k in range(1, 9))
     assert "acc 1.00" in table
 
@@ -625,7 +627,7 @@ def test_gpu_check_sh_dry_run_writes_the_table(tmp_path) -> None:
     table = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "| | torch cpu fp32 | exllamav2 |" in table
     conformance_row = next(line for line in table.splitlines() if line.startswith("| conformance suite"))
-    assert "15 passed, 0 failed, 0 errors" in conformance_row
+    assert re.search(r"\b(1[5-9]|[2-9]\d) passed, 0 failed, 0 errors", conformance_row), conformance_row
     if not torch.cuda.is_available():
         assert conformance_row.endswith("| n/a |")
         assert "- exllamav2: the exllamav2 backend cannot run here" in table
