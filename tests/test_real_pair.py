@@ -1,0 +1,39 @@
+"""One short integration test on the real default pair: speculative greedy == target-only greedy."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.realmodels, pytest.mark.slow]
+
+PREFIX = '''import json
+from pathlib import Path
+
+
+def load_config(path: Path) -> dict:
+    """Read a JSON config file and return it as a dict."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def save_config(path: Path, config: dict) -> None:
+    """Write the config as JSON."""
+'''
+SUFFIX = "\n\ndef main() -> None:\n    config = load_config(Path('config.json'))\n    save_config(Path('out.json'), config)\n"
+
+
+@pytest.mark.parametrize("draft_backend", ["torch", "llamacpp"])
+def test_real_pair_speculative_greedy_equals_target_only(real_models, draft_backend):
+    from codecue.completion import Completer, CompleterConfig
+
+    if draft_backend == "llamacpp":
+        pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    c = Completer.load(CompleterConfig(backend="torch", draft_backend=draft_backend, dtype="bfloat16"))
+    prompt = c.build_prompt(PREFIX, SUFFIX)
+    target_only = c.generate_ids(prompt, max_tokens=24, k=0)
+    assert len(target_only.tokens) >= 4 and target_only.text.strip()
+    for mode in ("model", "hybrid"):
+        c.reset_caches()
+        spec = c.generate_ids(prompt, max_tokens=24, k=4, draft_mode=mode)
+        assert spec.tokens == target_only.tokens, (mode, spec.text, target_only.text)
+        assert spec.stats.drafted > 0 and spec.stats.accepted > 0  # the real draft really guesses right
