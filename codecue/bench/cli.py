@@ -20,7 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--points", type=Path, help="JSONL file: one {path, line, character} per line")
     parser.add_argument("--languages", nargs="+", choices=LANGUAGES, help="built-in corpus languages (default: all)")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--quick", action="store_true", help="one point per file (about 10 minutes on 2 cores)")
+    parser.add_argument("--quick", action="store_true",
+                        help="one point per language (about 10 minutes on 2 cores for two backends)")
+    parser.add_argument("--prompt-tokens", type=int, default=1536, help="FIM prompt budget in tokens")
     parser.add_argument("--per-file", type=int, default=None, help="points per corpus file (default 4; quick: 1)")
     parser.add_argument("--methods", nargs="+", default=None,
                         help=f"methods to run (default: {' '.join(DEFAULT_METHODS)})")
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from codecue.bench.points import builtin_points, load_points_file
     from codecue.bench.runner import ENGINE_METHODS, PEER_METHODS, run_points, summarise
     from codecue.completion import Completer
+    from codecue.engine.fim import PromptBudget
 
     if args.replay:
         from codecue.server.replay import main_from_args
@@ -94,8 +97,15 @@ def run(args: argparse.Namespace) -> int:
         methods = ["target", *methods]  # the baseline every ratio is measured against
     per_file = args.per_file or (1 if args.quick else 4)
     points = load_points_file(args.points) if args.points else builtin_points(args.languages, per_file)
+    if args.quick and not args.points:
+        seen: set[str] = set()
+        points = [p for p in points if not (p.language in seen or seen.add(p.language))]
     config = config_from_args(args)
     config.draft_mode = "hybrid"  # load the draft; each method picks its own mode
+    if args.prompt_tokens < 64:
+        raise CodeCueError("--prompt-tokens must be at least 64")
+    config.budget = PromptBudget(total=args.prompt_tokens, suffix=min(128, args.prompt_tokens // 4),
+                                 extra=0)
     started = time.perf_counter()
     backends = args.backends or [args.backend]
     records = []
