@@ -44,8 +44,8 @@ step "fetching the default models (target Qwen2.5-Coder-1.5B Q4_K_M, draft 0.5B 
 .venv/bin/codecue models pull
 
 if [ "$demo" = 1 ]; then
-  step "a real completion: examples/stats.py, line 16, character 4"
-  .venv/bin/codecue complete examples/stats.py --line 16 --character 4 --max-tokens 48
+  step "a real completion: examples/stats.py, line 15, character 4"
+  .venv/bin/codecue complete examples/stats.py --line 15 --character 4 --max-tokens 48
   echo
   echo "Done. Try: .venv/bin/codecue complete FILE --line L --character C   (or see README.md)"
 fi
