@@ -262,3 +262,22 @@ def test_restricted_draft_head_keeps_output_exact(make_completer, reference, dra
     # sampling with a restricted head: q is scattered back onto the full vocabulary
     s = c.generate_ids(prompt, max_tokens=8, k=4, draft_mode="model", temperature=0.7, seed=1)
     assert len(s.tokens) == 8 and s.stats.drafted > 0
+
+
+def test_gguf_pair_with_different_token_lists_is_refused_before_loading(tmp_path, monkeypatch):
+    from codecue import completion
+    from codecue.models import resolve
+    from codecue.models.resolve import GGUFVocab, ModelSource
+
+    vocabs = {
+        "t.gguf": GGUFVocab(tmp_path / "t.gguf", "qwen2", 100, 100, "gpt2", "aaa"),
+        "same.gguf": GGUFVocab(tmp_path / "same.gguf", "qwen2", 100, 100, "gpt2", "aaa"),
+        "other.gguf": GGUFVocab(tmp_path / "other.gguf", "qwen2", 100, 100, "gpt2", "bbb"),
+        "small.gguf": GGUFVocab(tmp_path / "small.gguf", "qwen2", 90, 90, "gpt2", "aaa"),
+    }
+    monkeypatch.setattr(resolve, "read_gguf_vocab", lambda path: vocabs[path.name])
+    src = {name: ModelSource("gguf", tmp_path / name, name) for name in vocabs}
+    completion.check_same_tokenizer(src["t.gguf"], src["same.gguf"])  # same list: fine
+    for bad in ("other.gguf", "small.gguf"):
+        with pytest.raises(ModelError, match=bad):
+            completion.check_same_tokenizer(src["t.gguf"], src[bad])
