@@ -145,7 +145,7 @@ def test_ngram_proposer_finds_latest_repetition():
     ctx = [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3]
     assert ngram.propose(ctx, 2).tokens == [7, 8]  # the latest occurrence of (1, 2, 3) came before 7, 8
     assert ngram.propose([4, 5, 6], 3).tokens == []
-    with_extra = NgramProposer(extra=[[4, 5, 6, 42, 43]])
+    with_extra = NgramProposer(min_ngram=2, extra=[[4, 5, 6, 42, 43]])
     assert with_extra.propose([0, 5, 6], 2).tokens == [42, 43]
 
 

@@ -106,7 +106,7 @@ class NgramProposer:
     ``extra`` token sequences (other open documents, recent completions) are searched after the context.
     """
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, extra: Sequence[Sequence[int]] = ()) -> None:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 3, extra: Sequence[Sequence[int]] = ()) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         self.max_ngram = max_ngram
