@@ -369,3 +369,29 @@ def test_rounds_after_cancel_counts_the_round_in_progress():
     job.cancel()  # during round 3
     assert job.poll_cancelled()
     assert job.rounds_after_cancel(rounds_completed=3) == 1
+
+
+# -- the keystroke replay ---------------------------------------------------------------------------------
+
+
+def test_replay_types_the_file_and_reports_reuse_side_by_side(make_completer, tmp_path):
+    from codecue.server.replay import choose_stretch, format_pair, percentile, run_replay
+
+    source = tmp_path / "sample.py"
+    source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(60)))
+    completer = make_completer()
+    options = {"keystrokes": 12, "interval_ms": 20, "pause_ms": 60, "max_tokens": 8, "completer": completer}
+    on = run_replay(source, reuse=True, **options)
+    off = run_replay(source, reuse=False, **options)
+    start, end = choose_stretch(source.read_text(), 12)
+    assert on["typed"] == off["typed"] == source.read_text()[start:end] and on["keystrokes"] == end - start >= 12
+    assert on["typed"].startswith(("def", "return")) and "\n" not in on["typed"]
+    for report in (on, off):
+        assert report["first_text_ms"]["shown"] + report["first_text_ms"]["censored"] == report["keystrokes"]
+        assert len(report["per_keystroke"]) == report["keystrokes"] and report["generations"] >= 1
+    # Without reuse every generation evaluates its whole prompt; with it, a keystroke costs a few tokens.
+    assert off["prefilled_tokens_mean"] == off["prompt_tokens_mean"]
+    assert on["prefilled_tokens"][-1] < on["prompt_tokens_mean"] / 2
+    table = format_pair({"reuse": on, "no_reuse": off})
+    assert "reuse on" in table and "keystroke -> first text p50" in table
+    assert percentile([10.0, None, 30.0], 50) == 30.0 and percentile([None, None, 1.0], 50) is None

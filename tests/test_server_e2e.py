@@ -409,6 +409,37 @@ async def test_typing_fast_leaves_only_the_last_request_completing(slow_server, 
         client.close(uri)
 
 
+async def test_typing_what_the_model_predicts_joins_the_running_generation(slow_server, completer):
+    client = slow_server
+    uri = "file:///join.txt"
+    full = expected_text(completer, DOC, *END, max_tokens=80)
+    typed = full[:2]
+    assert "\n" not in typed
+    client.open(uri, DOC)
+    try:
+        before = await client.stats()
+        first = client.complete(uri, *END, msg_id="j0")
+        client.insert(uri, 2, END[0], END[1], typed)  # the user types what is about to be suggested
+        second = client.complete(uri, END[0], END[1] + utf16_len(typed), msg_id="j1")
+        answers = await asyncio.wait_for(asyncio.gather(first, second), TIMEOUT)
+        after = await client.stats()
+        assert [item_text(a) for a in answers] == ["", full[2:]]
+        assert after["session"]["adopted"] == before["session"]["adopted"] + 1
+        assert after["session"]["diverged"] == before["session"]["diverged"]
+        assert after["worker"]["generations"] == before["worker"]["generations"] + 1  # one generation for both
+        partials = client.partials("j1")
+        assert partials and partials[-1]["text"] == full[2:] and all(full[2:].startswith(p["text"]) for p in partials)
+
+        # Typing something else instead: the joined generation is replaced by one for the new text.
+        client.insert(uri, 3, END[0], END[1] + utf16_len(typed), "\u00a7")
+        third = client.complete(uri, END[0], END[1] + utf16_len(typed) + 1, msg_id="j2")
+        text_now = DOC.replace("dog", "dog" + typed + "\u00a7")
+        assert item_text(await asyncio.wait_for(third, TIMEOUT)) == expected_text(
+            completer, text_now, END[0], END[1] + utf16_len(typed) + 1, max_tokens=80)
+    finally:
+        client.close(uri)
+
+
 async def test_cancel_request_stops_the_generation_within_one_round(slow_server, completer):
     client = slow_server
     uri = "file:///cancel.txt"
@@ -545,9 +576,9 @@ async def test_bad_input_gets_errors_and_the_server_keeps_serving(model_dir, tmp
 # -- loopback TCP -----------------------------------------------------------------------------------------
 
 
-def test_tcp_refuses_a_non_loopback_host(model_dir, tmp_path):
-    run = subprocess.run([sys.executable, "-m", "codecue.cli", "serve", "--tcp", "0.0.0.0:2087"],
-                         capture_output=True, text=True, timeout=TIMEOUT, env=server_env(tmp_path))
+async def test_tcp_refuses_a_non_loopback_host(tmp_path):
+    run = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "codecue.cli", "serve", "--tcp", "0.0.0.0:2087"],
+                                  capture_output=True, text=True, timeout=TIMEOUT, env=server_env(tmp_path))
     assert run.returncode == 1 and "not a loopback address" in run.stderr
 
 

@@ -4,8 +4,12 @@ Per document there is at most one live :class:`Generation`. A new request for th
 
 1. is answered from the finished generation without touching the model when the user typed characters
    that the suggestion predicted (*type-through*: same suffix, prefix grew by a prefix of the text);
-2. joins the running generation when the text streamed so far already covers what was typed (the
-   generation continues; this request gets the rest of it);
+2. joins the running generation when what was typed agrees with the text streamed so far: the
+   generation continues and this request gets the rest of it. If the stream has not reached the end
+   of what was typed yet, the join is tentative: as text arrives it is checked, and the generation is
+   replaced for this request the moment it disagrees. (A prefill in progress cannot be interrupted
+   anyway, so waiting for its first tokens costs nothing, and a typist who types what the model
+   predicts never waits for a new prefill.)
 3. otherwise replaces it: the old generation is cancelled at its next round, its request answered with
    no items, and a new one starts (after ``debounceMs``, if set).
 
@@ -57,8 +61,12 @@ class CompletionRequest:
 @dataclass(eq=False)
 class Subscriber:
     request: CompletionRequest
-    offset: int  # characters of the generation's text the user had already typed at this request
+    expect: str  # what the user typed since the generation's prompt; its text must start with this
     future: asyncio.Future[str | None]
+
+    @property
+    def offset(self) -> int:
+        return len(self.expect)
 
 
 @dataclass(eq=False)
@@ -139,10 +147,10 @@ class InlineCompletions:
                         rest = final[len(typed):]
                         self._send(request, rest, done=True)
                         return rest
-                elif gen.text.startswith(typed):
+                elif gen.text.startswith(typed) or (gen.state == "running" and typed.startswith(gen.text)):
                     if typed or gen.subscriber is not None:
                         server.stats.adopted += 1
-                    return await self._subscribe(gen, request, len(typed))
+                    return await self._subscribe(gen, request, typed)
         if gen is not None and gen.live:
             self._cancel(gen)
         info = server.hooks.cursor(request.uri, request.language_id, request.line, request.character)
@@ -155,7 +163,7 @@ class InlineCompletions:
             gen.timer = loop.call_later(debounce, self._start, gen, request)
         else:
             self._start(gen, request)
-        return await self._subscribe(gen, request, 0)
+        return await self._subscribe(gen, request, "")
 
     # -- generations ---------------------------------------------------------------------------------
     def _start(self, gen: Generation, request: CompletionRequest) -> None:
@@ -198,32 +206,61 @@ class InlineCompletions:
             self.server.stats.superseded += superseded
             sub.future.set_result(None)
 
-    async def _subscribe(self, gen: Generation, request: CompletionRequest, offset: int) -> str | None:
+    async def _subscribe(self, gen: Generation, request: CompletionRequest, expect: str) -> str | None:
         old = gen.subscriber
         if old is not None and not old.future.done():
             self.server.stats.superseded += 1
             old.future.set_result(None)
-        sub = Subscriber(request, offset, asyncio.get_running_loop().create_future())
+        sub = Subscriber(request, expect, asyncio.get_running_loop().create_future())
         gen.subscriber = sub
-        if len(gen.text) > offset:
-            self._send(request, gen.text[offset:], done=False)
+        if len(gen.text) > sub.offset and gen.text.startswith(expect):
+            self._send(request, gen.text[sub.offset:], done=False)
         try:
             return await sub.future
         except asyncio.CancelledError:
-            # $/cancelRequest, or the session closing. Stop the generation unless a newer request took it.
-            if gen.subscriber is sub:
-                gen.subscriber = None
-                if gen.live:
-                    self.server.stats.cancelled += 1
-                    self._cancel(gen, superseded=False)
+            # $/cancelRequest, or the session closing. Stop the generation serving this request (it may
+            # have been restarted for it meanwhile) unless a newer request took it over.
+            for owner in (gen, self.active.get(request.uri)):
+                if owner is not None and owner.subscriber is not None and owner.subscriber.future is sub.future:
+                    owner.subscriber = None
+                    if owner.live:
+                        self.server.stats.cancelled += 1
+                        self._cancel(owner, superseded=False)
+                    break
             raise
+
+    def _restart(self, gen: Generation, sub: Subscriber) -> None:
+        """The generation ``sub`` joined disagrees with what the user typed: replace it with one for ``sub``'s
+        own request (unless the document has moved on since, when the answer would be stale anyway)."""
+        server = self.server
+        gen.subscriber = None  # detach first: cancelling must not answer this request
+        if gen.state in ("pending", "running"):
+            self._cancel(gen, superseded=False)
+        server.stats.diverged += 1
+        request = sub.request
+        doc = server.documents.get(request.uri)
+        if doc is None or doc.version != request.version or self.active.get(request.uri) is not gen:
+            server.stats.stale += 1
+            sub.future.set_result(None)
+            return
+        info = server.hooks.cursor(request.uri, request.language_id, request.line, request.character)
+        info.language = gen.info.language
+        fresh = Generation(request.prefix, request.suffix, info)
+        self.active[request.uri] = fresh
+        fresh.subscriber = Subscriber(request, "", sub.future)
+        self._start(fresh, request)
 
     def _on_text(self, gen: Generation, text: str) -> None:
         if gen.state != "running":
             return
         gen.text = text
         sub = gen.subscriber
-        if sub is None or len(text) <= sub.offset:
+        if sub is None:
+            return
+        if not (text.startswith(sub.expect) if len(text) >= sub.offset else sub.expect.startswith(text)):
+            self._restart(gen, sub)
+            return
+        if len(text) <= sub.offset:
             return
         doc = self.server.documents.get(sub.request.uri)
         if doc is None or doc.version != sub.request.version:
@@ -257,6 +294,10 @@ class InlineCompletions:
         gen.final = result.text
         server.stats.record(gen.info.language, result)
         if sub is None or sub.future.done():
+            return
+        if sub.expect and not (result.text.startswith(sub.expect) and len(result.text) > sub.offset):
+            gen.subscriber = sub
+            self._restart(gen, sub)  # the user typed past or beside this suggestion: a new one for them
             return
         doc = server.documents.get(sub.request.uri)
         fresh = doc is not None and (doc.version == sub.request.version

@@ -114,7 +114,7 @@ class Relay:
         if self.initialize is not None:
             try:
                 await self.replay_session()
-            except (TimeoutError, ConnectionError, OSError) as exc:
+            except (asyncio.TimeoutError, ConnectionError, OSError) as exc:  # noqa: UP041 - distinct on 3.10
                 log.error("replaying the session to the daemon failed: %s", exc)
                 await self.disconnect()
                 self.last_failed_start = time.monotonic()

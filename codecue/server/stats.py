@@ -90,6 +90,7 @@ class SessionStats:
         self.languages: dict[str, LanguageStats] = {}
         self.type_through = 0
         self.adopted = 0  # requests answered by a generation already running for an earlier keystroke
+        self.diverged = 0  # joined generations that turned out to disagree with the typing, and restarted
         self.superseded = 0
         self.cancelled = 0
         self.stale = 0
@@ -124,6 +125,7 @@ class SessionStats:
             "session": {
                 "typeThrough": self.type_through,
                 "adopted": self.adopted,
+                "diverged": self.diverged,
                 "superseded": self.superseded,
                 "cancelled": self.cancelled,
                 "stale": self.stale,

@@ -1,0 +1,376 @@
+"""Keystroke replay: type a real file into the language server at a human pace and time the ghost text.
+
+The server runs in this process (one LSP session over a socket pair, the real JSON-RPC path), on a
+worker that holds the models. The file is opened with a stretch of it cut out, then that stretch is typed
+back one character at a time: each keystroke sends ``didChange`` and an ``inlineCompletion`` request,
+as an editor does. Within a word keystrokes come every ``interval_ms``; after a space, a newline or
+punctuation the typist pauses for ``pause_ms``.
+
+For each keystroke it records the time to the first streamed text (the first non-empty
+``codecue/partialCompletion`` or item for that request) and to the final item. A keystroke whose request
+is replaced by the next keystroke before anything shows is *censored*: it counts as slower than any
+measured value, so p50 and p95 are over all keystrokes, and ``None`` when censored ones reach that rank.
+
+``reuse=False`` clears both models' KV caches before every generation: the same run without prefix
+reuse. :func:`run_replay_pair` runs both on one loaded model pair, for a side-by-side comparison.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from codecue.errors import CodeCueError
+from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
+
+if TYPE_CHECKING:
+    from codecue.completion import Completer, CompleterConfig
+
+log = logging.getLogger(__name__)
+
+PAUSE_AFTER = set(" \n\t.,:;()[]{}")
+LANGUAGE_IDS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript",
+                ".tsx": "typescriptreact", ".go": "go", ".rs": "rust", ".java": "java", ".c": "c", ".h": "c",
+                ".cpp": "cpp", ".cc": "cpp", ".hpp": "cpp"}
+
+
+@dataclass
+class Keystroke:
+    index: int
+    char: str
+    request_id: int
+    sent: float
+    gap_s: float  # time until the next keystroke (the pause after this one)
+    first_text: float | None = None
+    final: float | None = None
+    final_text: str | None = None
+
+    def first_text_ms(self) -> float | None:
+        return None if self.first_text is None else (self.first_text - self.sent) * 1e3
+
+    def final_ms(self) -> float | None:
+        return None if self.final is None else (self.final - self.sent) * 1e3
+
+
+def percentile(values: Sequence[float | None], q: float) -> float | None:
+    """Nearest-rank percentile where None means "slower than everything measured" (censored)."""
+    if not values:
+        return None
+    ordered = sorted(math.inf if v is None else v for v in values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    value = ordered[rank - 1]
+    return None if math.isinf(value) else round(value, 1)
+
+
+def summarize(values: Sequence[float | None]) -> dict[str, Any]:
+    measured = [v for v in values if v is not None]
+    return {"p50": percentile(values, 50), "p95": percentile(values, 95), "shown": len(measured),
+            "censored": len(values) - len(measured),
+            "mean_of_shown": round(sum(measured) / len(measured), 1) if measured else None}
+
+
+def choose_stretch(text: str, keystrokes: int) -> tuple[int, int]:
+    """The stretch to cut out and type back: from the start (after the indentation) of a substantial line
+    about two thirds into the file, to the end of the line where ``keystrokes`` characters run out, so
+    the typist writes whole lines into the middle of a file (a long prefix, and a suffix that starts on
+    the next line)."""
+    start = choose_start(text, keystrokes)
+    end = text.find("\n", start + keystrokes - 1)
+    if end < 0 or end - start > 2 * keystrokes:
+        end = start + keystrokes
+    return start, end
+
+
+def choose_start(text: str, keystrokes: int) -> int:
+    """The start of a substantial line about two thirds into the file."""
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    target = int(len(lines) * 2 / 3)
+    for i in list(range(target, len(lines))) + list(range(target - 1, -1, -1)):
+        stripped = lines[i].strip()
+        if len(stripped) >= 20 and not stripped.startswith(("#", "//", "/*", "*")):
+            if offsets[i] + keystrokes <= len(text):
+                return offsets[i] + len(lines[i]) - len(lines[i].lstrip())  # after the indentation
+    return max(0, len(text) - keystrokes)
+
+
+def _position(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset)
+    start = text.rfind("\n", 0, offset) + 1
+    return line, len(text[start:offset].encode("utf-16-le")) // 2
+
+
+class _Client:
+    """The editor side: framed JSON over the socket, with arrival times per request."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.by_id: dict[int, Keystroke] = {}
+        self.responses: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.next_id = 1
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            body = await read_frame(self.reader)
+            if body is None:
+                return
+            now = time.perf_counter()
+            message = json.loads(body)
+            if message.get("method") == "codecue/partialCompletion":
+                params = message["params"]
+                key = self.by_id.get(params.get("requestId"))
+                if key is not None and params["text"] and key.first_text is None:
+                    key.first_text = now
+            elif "method" not in message and message.get("id") in self.responses:
+                msg_id = message["id"]
+                key = self.by_id.get(msg_id)
+                result = message.get("result")
+                items = result if isinstance(result, list) else (result or {}).get("items", []) if result else []
+                if key is not None and items and items[0]["insertText"]:
+                    key.final, key.final_text = now, items[0]["insertText"]
+                    if key.first_text is None:
+                        key.first_text = now
+                future = self.responses.pop(msg_id)
+                if not future.done():
+                    future.set_result(message)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.writer.write(encode_frame(message))
+
+    def request(self, method: str, params: Any) -> tuple[int, asyncio.Future[dict[str, Any]]]:
+        msg_id = self.next_id
+        self.next_id += 1
+        future = asyncio.get_running_loop().create_future()
+        self.responses[msg_id] = future
+        self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        return msg_id, future
+
+    def notify(self, method: str, params: Any) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+
+async def _replay(completer: Completer, text: str, uri: str, language_id: str, *, reuse: bool, start: int,
+                  end: int, interval_s: float, pause_s: float, max_tokens: int,
+                  settle_s: float) -> dict[str, Any]:
+    from codecue.server.session import CodeCueServer
+    from codecue.server.transport import serve_session
+    from codecue.server.worker import ModelChoice, ModelWorker
+
+    worker = ModelWorker(ModelChoice(), factory=lambda choice: completer, idle_unload_s=None, reuse_cache=reuse)
+    server = CodeCueServer(worker)
+    server_sock, client_sock = socket.socketpair()
+    s_reader, s_writer = await asyncio.open_connection(sock=server_sock, limit=STREAM_LIMIT)
+    c_reader, c_writer = await asyncio.open_connection(sock=client_sock, limit=STREAM_LIMIT)
+    serving = asyncio.create_task(serve_session(server, s_reader, s_writer))
+    client = _Client(c_reader, c_writer)
+    try:
+        _, init = client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
+                                                "initializationOptions": {"maxTokens": max_tokens}})
+        await asyncio.wait_for(init, 60)
+        client.notify("initialized", {})
+        typed = text[start:end]
+        doc = text[:start] + text[end:]
+        version = 1
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language_id,
+                                                                "version": version, "text": doc}})
+        # Warm-up: load the models and fill the caches at the starting point (not measured).
+        line, character = _position(doc, start)
+        t0 = time.perf_counter()
+        _, warm = client.request("textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri}, "position": {"line": line, "character": character},
+            "context": {"triggerKind": 1}})
+        await asyncio.wait_for(warm, 3600)
+        warmup_s = time.perf_counter() - t0
+        warmup_generations = len(server.stats.generations)
+
+        keys: list[Keystroke] = []
+        futures = []
+        offset = start
+        for i, ch in enumerate(typed):
+            line, character = _position(doc, offset)
+            version += 1
+            at = {"line": line, "character": character}
+            doc = doc[:offset] + ch + doc[offset:]
+            offset += 1
+            line, character = _position(doc, offset)
+            gap = pause_s if ch in PAUSE_AFTER else interval_s
+            client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                                     "contentChanges": [{"range": {"start": at, "end": at},
+                                                                         "text": ch}]})
+            msg_id, future = client.request("textDocument/inlineCompletion", {
+                "textDocument": {"uri": uri}, "position": {"line": line, "character": character},
+                "context": {"triggerKind": 2}})
+            key = Keystroke(i, ch, msg_id, time.perf_counter(), gap)
+            client.by_id[msg_id] = key
+            keys.append(key)
+            futures.append(future)
+            await asyncio.sleep(gap)
+        # Let the last request finish (a typist stopping there would see its suggestion).
+        await asyncio.wait(futures, timeout=settle_s)
+        stats = server.stats
+        snapshot = stats.snapshot()
+        generations = list(stats.generations)[warmup_generations:]
+    finally:
+        client.writer.close()
+        serving.cancel()
+        server.completions.close()
+        await asyncio.gather(serving, return_exceptions=True)
+        await asyncio.to_thread(worker.shutdown, 60.0, False)  # the models belong to the caller
+
+    first = [k.first_text_ms() for k in keys]
+    final = [k.final_ms() for k in keys]
+    at_pauses = [k.first_text_ms() for k in keys if k.gap_s >= pause_s]
+    prefilled = [g["prefilledTokens"] for g in generations]
+    prompts = [g["promptTokens"] for g in generations]
+    total = snapshot["total"]
+    return {
+        "reuse": reuse,
+        "keystrokes": len(keys),
+        "warmup_s": round(warmup_s, 2),
+        "first_text_ms": summarize(first),
+        "final_ms": summarize(final),
+        "first_text_ms_at_pauses": summarize(at_pauses),
+        "generations": len(generations),
+        "prefilled_tokens_mean": round(sum(prefilled) / len(prefilled), 1) if prefilled else None,
+        "prefilled_tokens": prefilled,
+        "prompt_tokens_mean": round(sum(prompts) / len(prompts), 1) if prompts else None,
+        "ttft_ms_mean": total["ttftMs"],
+        "tpot_ms_mean": total["tpotMs"],
+        "acceptance_rate": total["acceptanceRate"],
+        "type_through": snapshot["session"]["typeThrough"],
+        "adopted": snapshot["session"]["adopted"],
+        "diverged": snapshot["session"]["diverged"],
+        "generation_ttft_ms": [g["ttftMs"] for g in generations],
+        "superseded": snapshot["session"]["superseded"],
+        "per_keystroke": [{**asdict(k), "first_text_ms": k.first_text_ms(), "final_ms": k.final_ms()}
+                          for k in keys],
+    }
+
+
+def _load(file: str | Path, completer_config: CompleterConfig | None) -> tuple[str, Completer]:
+    from codecue.completion import Completer
+
+    path = Path(file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CodeCueError(f"cannot read {path}: {exc}") from None
+    return text, Completer.load(completer_config)
+
+
+def run_replay(file: str | Path, completer_config: CompleterConfig | None = None, reuse: bool = True, *,
+               keystrokes: int = 40, interval_ms: float = 150.0, pause_ms: float = 700.0, max_tokens: int = 32,
+               start: int | None = None, language_id: str | None = None, settle_s: float = 60.0,
+               completer: Completer | None = None) -> dict[str, Any]:
+    """Type about ``keystrokes`` characters of ``file`` into the server (rounded up to a line end, see
+    :func:`choose_stretch`); returns the latency report.
+
+    Pass ``completer`` to reuse loaded models (``completer_config`` is then ignored).
+    """
+    path = Path(file)
+    if completer is None:
+        text, completer = _load(path, completer_config)
+    else:
+        text = path.read_text(encoding="utf-8")
+    if keystrokes < 1 or keystrokes > len(text):
+        raise CodeCueError(f"cannot type {keystrokes} characters of a {len(text)}-character file")
+    start, end = choose_stretch(text, keystrokes) if start is None else (start, start + keystrokes)
+    language_id = language_id or LANGUAGE_IDS.get(path.suffix, "plaintext")
+    report = asyncio.run(_replay(completer, text, path.resolve().as_uri(), language_id, reuse=reuse, start=start,
+                                 end=end, interval_s=interval_ms / 1e3, pause_s=pause_ms / 1e3,
+                                 max_tokens=max_tokens, settle_s=settle_s))
+    report.update({
+        "file": str(path), "file_tokens": len(completer.tokenizer.encode(text, add_special_tokens=False)),
+        "start_offset": start, "typed": text[start:end], "interval_ms": interval_ms,
+        "pause_ms": pause_ms, "max_tokens": max_tokens, "backend": completer.target.backend.name,
+    })
+    return report
+
+
+def run_replay_pair(file: str | Path, completer_config: CompleterConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Reuse on, then off, on one loaded model pair: ``{"reuse": {...}, "no_reuse": {...}}``."""
+    text, completer = _load(file, completer_config)
+    del text
+    on = run_replay(file, reuse=True, completer=completer, **kwargs)
+    off = run_replay(file, reuse=False, completer=completer, **kwargs)
+    return {"reuse": on, "no_reuse": off}
+
+
+def format_pair(pair: dict[str, Any]) -> str:
+    """A side-by-side table of a :func:`run_replay_pair` report."""
+    on, off = pair["reuse"], pair["no_reuse"]
+
+    def ms(value: float | None) -> str:
+        return "censored" if value is None else f"{value:.0f} ms"
+
+    rows = [
+        ("keystroke -> first text p50", ms(on["first_text_ms"]["p50"]), ms(off["first_text_ms"]["p50"])),
+        ("keystroke -> first text p95", ms(on["first_text_ms"]["p95"]), ms(off["first_text_ms"]["p95"])),
+        ("keystroke -> final item p50", ms(on["final_ms"]["p50"]), ms(off["final_ms"]["p50"])),
+        ("keystroke -> final item p95", ms(on["final_ms"]["p95"]), ms(off["final_ms"]["p95"])),
+        ("first text at pauses p50", ms(on["first_text_ms_at_pauses"]["p50"]),
+         ms(off["first_text_ms_at_pauses"]["p50"])),
+        ("keystrokes that showed text", f"{on['first_text_ms']['shown']}/{on['keystrokes']}",
+         f"{off['first_text_ms']['shown']}/{off['keystrokes']}"),
+        ("generations completed", str(on["generations"]), str(off["generations"])),
+        ("prefilled tokens / prompt (mean)", f"{on['prefilled_tokens_mean']} / {on['prompt_tokens_mean']}",
+         f"{off['prefilled_tokens_mean']} / {off['prompt_tokens_mean']}"),
+        ("type-through / joined / diverged", f"{on['type_through']} / {on['adopted']} / {on['diverged']}",
+         f"{off['type_through']} / {off['adopted']} / {off['diverged']}"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    head = (f"replay of {on['file']} ({on['file_tokens']} tokens), {on['keystrokes']} keystrokes, "
+            f"{on['interval_ms']:.0f} ms apart ({on['pause_ms']:.0f} ms after word ends), "
+            f"max {on['max_tokens']} tokens, backend {on['backend']}")
+    lines = [head, f"{'':{width}}  {'reuse on':>14}  {'reuse off':>14}"]
+    lines += [f"{name:{width}}  {a:>14}  {b:>14}" for name, a, b in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m codecue.server.replay FILE``: the pair run, as ``codecue bench --replay FILE`` will be."""
+    import argparse
+
+    from codecue.completion import CompleterConfig
+
+    parser = argparse.ArgumentParser(description="keystroke replay: latency of ghost text while typing FILE")
+    parser.add_argument("file")
+    parser.add_argument("--target")
+    parser.add_argument("--draft")
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--keystrokes", type=int, default=40)
+    parser.add_argument("--interval-ms", type=float, default=150.0)
+    parser.add_argument("--pause-ms", type=float, default=700.0)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--only", choices=["reuse", "no-reuse"], help="run one side only")
+    parser.add_argument("--json", help="also write the full report here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    config = CompleterConfig(target=args.target, draft=args.draft, backend=args.backend, dtype=args.dtype)
+    options = {"keystrokes": args.keystrokes, "interval_ms": args.interval_ms, "pause_ms": args.pause_ms,
+               "max_tokens": args.max_tokens}
+    if args.only:
+        report = run_replay(args.file, config, reuse=args.only == "reuse", **options)
+        print(json.dumps({k: v for k, v in report.items() if k != "per_keystroke"}, indent=2))
+    else:
+        report = run_replay_pair(args.file, config, **options)
+        print(format_pair(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
