@@ -374,3 +374,17 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def main_from_args(args: Any) -> int:
+    """``codecue bench --replay FILE``: reuse on and off side by side, with the bench's model options."""
+    from codecue.commands.common import config_from_args
+
+    config = config_from_args(args)
+    report = run_replay_pair(args.replay, config, max_tokens=args.max_tokens)
+    print(format_pair(report))
+    if args.json_out:
+        from codecue.paths import atomic_write_text
+
+        atomic_write_text(args.json_out, json.dumps(report, indent=2))
+    return 0
