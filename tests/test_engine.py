@@ -281,3 +281,14 @@ def test_gguf_pair_with_different_token_lists_is_refused_before_loading(tmp_path
     for bad in ("other.gguf", "small.gguf"):
         with pytest.raises(ModelError, match=bad):
             completion.check_same_tokenizer(src["t.gguf"], src[bad])
+
+
+def test_fim_prefix_start_does_not_move_while_typing(tiny_tokenizer):
+    from codecue.engine.fim import trim_prefix
+
+    body = "".join(f"value_{i} = compute(value_{i - 1}, {i})\n" for i in range(1, 400))
+    first = trim_prefix(tiny_tokenizer, body + "x", 300, 32)
+    for typed in ("x = ", "x = comp", "x = compute(value_"):
+        again = trim_prefix(tiny_tokenizer, body + typed, 300, 32)
+        assert again.startswith(first[:-1]) and len(tiny_tokenizer.encode(again)) <= 300
+    assert first.startswith("value_") and body.index(first[:40]) > 0

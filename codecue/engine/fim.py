@@ -32,20 +32,29 @@ def trim_prefix(tokenizer, prefix: str, budget: int, anchor_lines: int) -> str:
     """The longest tail of ``prefix`` that starts on an anchored line boundary and fits ``budget``."""
     if budget <= 0:
         return ""
-    # Cheap bound first: a token is rarely shorter than 1 character, so never tokenize more than that.
-    if len(prefix) > budget * 8:
-        cut = prefix.find("\n", len(prefix) - budget * 8)
-        prefix = prefix[cut + 1 :] if cut >= 0 else prefix[-budget * 8 :]
+    # Cheap bound first: never tokenize more than ~8 characters per budget token. The cut is on an
+    # absolute line number (a multiple of anchor_lines), so it does not move while the user types.
+    max_chars = budget * 8
+    if len(prefix) > max_chars:
+        starts = [0]
+        for i, ch in enumerate(prefix):
+            if ch == "\n":
+                starts.append(i + 1)
+        step = max(1, anchor_lines)
+        cut_line = next((n for n in range(0, len(starts), step) if len(prefix) - starts[n] <= max_chars), None)
+        prefix = prefix[starts[cut_line] :] if cut_line is not None else prefix[starts[-1] :][-max_chars:]
     if _token_count(tokenizer, prefix) <= budget:
         return prefix
     lines = prefix.splitlines(keepends=True)
     # Drop whole blocks of anchor_lines lines from the top until it fits: the start moves in big steps.
-    start = 0
-    while start < len(lines) - 1:
-        start = min(len(lines) - 1, start + anchor_lines)
-        candidate = "".join(lines[start:])
-        if _token_count(tokenizer, candidate) <= budget:
-            return candidate
+    # Where a block is more than the budget holds, fall back to finer steps (8 lines, then 1).
+    for step in sorted({max(1, anchor_lines), 8, 1}, reverse=True):
+        for start in range(step, len(lines), step):
+            candidate = "".join(lines[start:])
+            if _token_count(tokenizer, candidate) <= budget:
+                if start < len(lines) - 1 or step == 1:
+                    return candidate
+                break
     # The last line alone is too long: keep its tail in tokens.
     ids = tokenizer.encode(lines[-1], add_special_tokens=False)[-budget:]
     return tokenizer.decode(ids)
