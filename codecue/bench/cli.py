@@ -60,7 +60,7 @@ def draw_plot(summaries: list, methods: list[str], path: Path, title: str) -> No
 
     langs = sorted({s.language for s in summaries if s.language != "all"}) + ["all"]
     shown = [m for m in methods if m != "target"]
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(langs) * max(1, len(shown)) / 2), 4))
+    fig, ax = plt.subplots(figsize=(min(16, max(6, 0.25 * len(langs) * max(1, len(shown)))), 5))
     width = 0.8 / max(1, len(shown))
     for j, method in enumerate(shown):
         vals = []
@@ -72,7 +72,7 @@ def draw_plot(summaries: list, methods: list[str], path: Path, title: str) -> No
     ax.set_xticks([i + width * (len(shown) - 1) / 2 for i in range(len(langs))], langs)
     ax.set_ylabel("median TPOT speedup over target-only")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, ncol=2 if len(shown) > 6 else 1, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
