@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--stream", action="store_true", help="print text as it is verified")
+    parser.add_argument("--no-scope-stop", action="store_true",
+                        help="do not stop when the statement or block at the cursor is complete")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_arguments(parser)
 
@@ -42,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature < 0 or not 0 < args.top_p <= 1:
         raise CodeCueError("--temperature must be >= 0 and --top-p in (0, 1]")
     config = config_from_args(args)
+    stop_predicate = None if args.no_scope_stop else scope_stop(args.file, text, args.line, args.character)
     completer = Completer.load(config)
     printed = {"n": 0}
 
@@ -51,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         printed["n"] = len(so_far)
 
     result = completer.complete(prefix, suffix, max_tokens=args.max_tokens, temperature=args.temperature,
-                                top_p=args.top_p, seed=args.seed, on_text=stream if args.stream and not args.json else None)
+                                top_p=args.top_p, seed=args.seed, stop_predicate=stop_predicate,
+                                on_text=stream if args.stream and not args.json else None)
     s = result.stats
     if args.json:
         print(json.dumps({
@@ -71,3 +75,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{s.new_tokens} tokens, ttft {s.ttft_ms:.0f} ms, tpot {s.tpot_ms:.1f} ms, "
               f"accepted {s.accepted}/{s.drafted}, {result.stop_reason}]", file=sys.stderr)
     return 0
+
+
+def scope_stop(path: Path, text: str, line: int, character: int):
+    """The same syntax-aware stop the language server uses: from tree-sitter when the language is known,
+    else at the first blank line."""
+    from codecue.server.context_hooks import blank_line_stop
+
+    try:
+        from codecue.context import analyze, language_for_path
+        from codecue.context.stopping import make_stop_predicate
+
+        language = language_for_path(path)
+        if language is None:
+            return blank_line_stop
+        return make_stop_predicate(analyze(text, language, line, character))
+    except Exception:  # noqa: BLE001 - a context failure must not stop a completion
+        return blank_line_stop
