@@ -6,6 +6,7 @@ On the CPU it can replace the target's linear layers by weight-only int8 ones (t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import logging
@@ -59,10 +60,12 @@ def quantize_int8_(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+@functools.lru_cache(maxsize=1)
 def fastest_cpu_dtype() -> torch.dtype:
     """Measure a decode-shaped and a verify-shaped matmul in fp32 and bf16 and pick the faster dtype.
 
     bf16 wins on CPUs with AMX / AVX512-BF16 and loses badly on the others, so we measure rather than guess.
+    Measured once per process: the target and the draft must not end up with different answers.
     """
     results = {}
     for dtype in (torch.float32, torch.bfloat16):
@@ -90,6 +93,7 @@ def _padded_linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tens
     return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
+@functools.lru_cache(maxsize=8)
 def single_row_matmul_is_slow(dtype: torch.dtype, in_features: int = 1536, out_features: int = 8960) -> bool:
     """Does a one-row matmul take longer than a two-row one here? (bf16 on CPUs with AMX: yes — the
     single row goes through a matrix-vector kernel that does not use the tile unit.)"""
