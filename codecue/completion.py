@@ -141,6 +141,15 @@ class Completer:
         self.lock = threading.Lock()
         self.names = names
 
+    @property
+    def runtime(self) -> str:
+        """Where the models run: the target's backend name, ``+`` the draft's when it differs
+        (``torch+llamacpp`` = target on torch, draft on llama.cpp). Profiles keep costs per runtime."""
+        name = self.target.backend.name
+        if self.draft is not None and self.draft.backend.name != name:
+            name = f"{name}+{self.draft.backend.name}"
+        return name
+
     @classmethod
     def load(cls, config: CompleterConfig | None = None) -> Completer:
         from codecue.models.resolve import resolve_model

@@ -40,3 +40,48 @@ def test_bench_bad_points_file_is_a_clear_error(tmp_path, capsys):
     assert main(["bench", "--points", str(points)]) == 1
     err = capsys.readouterr().err
     assert "bad point" in err and "Traceback" not in err
+
+
+def test_bench_k_comparison_tuned_vs_fixed(tmp_path, tiny_dirs, capsys):
+    """--k-compare runs hybrid at each fixed K and at the profile's K per (language, class), all identical
+    to target-only greedy, and prints/writes the tuned vs best-fixed vs K=4 comparison."""
+    src = tmp_path / "sample.py"
+    src.write_text(SOURCE)
+    points = tmp_path / "points.jsonl"
+    points.write_text(json.dumps({"path": "sample.py", "line": 8, "character": 4}) + "\n")
+    profile = tmp_path / "profile.toml"
+    profile.write_text("version = 1\n[languages.python]\nstatement_start = { k = 3 }\nblock_start = { k = 3 }\n")
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--points", str(points), "--target", str(tiny_dirs["target"]),
+               "--draft", str(tiny_dirs["target"]), "--backend", "torch", "--dtype", "float32",
+               "--max-tokens", "10", "--draft-vocab", "full", "--k-compare", "1", "4", "--profile", str(profile),
+               "--json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    methods = {r["method"] for r in data["runs"]}
+    assert methods == {"target", "hybrid@1", "hybrid@4", "hybrid@tuned"}
+    assert all(r["identical"] for r in data["runs"])
+    tuned = next(r for r in data["runs"] if r["method"] == "hybrid@tuned")
+    assert tuned["note"].startswith("python/") and tuned["note"].endswith("K=3")
+    comparison = data["k_comparison"]
+    assert comparison["best_fixed_k"] in (1, 4)
+    assert [row["language"] for row in comparison["rows"]] == ["python", "all"]
+    assert set(comparison["rows"][-1]["fixed"]) == {"1", "4"}  # JSON keys
+    assert "tuned / best fixed" in capsys.readouterr().out
+
+
+def test_bench_rejects_bad_k_methods(tmp_path, capsys):
+    from codecue.bench.runner import split_method
+
+    assert split_method("hybrid@6") == ("hybrid", "6")
+    assert split_method("draft@tuned") == ("draft", "tuned")
+    assert split_method("ngram") == ("ngram", None)
+    for bad in ("hybrid@x", "target@4", "nothing@4"):
+        try:
+            split_method(bad)
+        except ValueError as exc:
+            assert bad in str(exc)
+        else:
+            raise AssertionError(f"{bad} accepted")
+    assert main(["bench", "--k-compare", "0"]) == 1
+    assert "--k-compare" in capsys.readouterr().err

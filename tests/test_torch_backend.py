@@ -74,3 +74,35 @@ def test_errors_are_clear(tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(BackendUnavailable, match="CUDA"):
             TorchBackend.from_pretrained(tmp_path, device="cuda")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("context", [5, 90])
+def test_verification_rows_are_bit_identical_to_one_token_steps(tiny_dirs, dtype, context):
+    """Batch invariance: a row scored inside a K+1-token verification equals the same row scored by a
+    one-token step, bit for bit — what makes speculative greedy equal target-only greedy in bf16 too.
+
+    fp32 on the CPU: torch's fp32 matmul (MKL) sums differently for different row counts (only 2 and 3
+    rows agree, measured), so there the rows agree to rounding, not bit for bit."""
+    torch.manual_seed(context)
+    prompt = torch.randint(3, 300, (context,)).tolist()
+    tokens = torch.randint(3, 300, (9,)).tolist()
+    b = TorchBackend.from_pretrained(tiny_dirs["target"], dtype=dtype)
+    b.forward(prompt, n_logits=1)
+    steps = torch.cat([b.forward([t]) for t in tokens])
+    b.truncate(context)
+    for k in (1, 4, 8):  # verifications of different lengths
+        block = b.forward(tokens[: k + 1])
+        if dtype == "bfloat16":
+            assert torch.equal(block, steps[: k + 1]), f"K={k}: max diff {(block - steps[: k + 1]).abs().max()}"
+        else:
+            assert torch.allclose(block, steps[: k + 1], atol=1e-4, rtol=0)
+        b.truncate(context)
+
+
+def test_batch_invariance_can_be_turned_off(tiny_dirs):
+    b = TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32", batch_invariant=False)
+    assert b.model.config._attn_implementation != "codecue_rowwise"
+    b2 = TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32")
+    assert b2.model.config._attn_implementation == "codecue_rowwise"
+    assert torch.allclose(b.forward(IDS), b2.forward(IDS), atol=1e-4)  # same model, other kernels

@@ -190,3 +190,26 @@ def test_settings_are_validated() -> None:
         PolicySettings(probe_k=20, k_max=12)
     with pytest.raises(ValueError):
         PolicySettings(halflife_rounds=0)
+
+
+def test_runtime_costs_rederive_k_from_acceptance() -> None:
+    """K values tuned on one runtime carry over to another through acceptance and that runtime's costs:
+    where a draft step costs 0.65 of a target step and verification grows ~0.6 per token (llama.cpp on
+    2 cores, measured), even 90% acceptance does not pay and speculation turns off."""
+    cheap = CostModel(draft_cost=0.1, verify_per_token=0.02)
+    dear = CostModel(draft_cost=0.65, verify_costs=(1.0, 1.63, 2.24, 2.73, 3.4))
+    profile = Profile(costs=cheap, runtime_costs={"torch+llamacpp": cheap, "llamacpp": dear},
+                      models={"runtime": "torch+llamacpp"})
+    profile.set_entry("python", "call_arguments", ClassProfile(k=7, acceptance=0.9, samples=100))
+    profile.set_entry("python", "comment", ClassProfile(k=2))  # no acceptance measured: k is all there is
+    same = KPolicy(profile=profile.copy(), runtime="torch+llamacpp")
+    assert same.k_for("python", "call_arguments") == 7  # the tuned value, as written
+    other = KPolicy(profile=profile.copy(), runtime="llamacpp")
+    assert other.costs is other.profile.runtime_costs["llamacpp"]
+    assert other.k_for("python", "call_arguments") == best_k(0.9, dear)[0] == 0
+    assert other.k_for("python", "comment") == 2
+    unknown = KPolicy(profile=profile.copy(), runtime="exllamav2")  # no costs for it: the profile as written
+    assert unknown.k_for("python", "call_arguments") == 7 and unknown.costs is unknown.profile.costs
+    same.set_runtime("llamacpp")
+    assert same.k_for("python", "call_arguments") == 0
+    assert same.snapshot().models["runtime"] == "llamacpp"

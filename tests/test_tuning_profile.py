@@ -178,3 +178,19 @@ def test_policy_load_and_save_round_trip(tmp_path: Path) -> None:
     assert entry.samples == 1200 + 50
     assert entry.k == policy.k_for("python", "call_arguments")
     assert again.entry("python", "comment") == ClassProfile(0, 0.12, 300, 1.0)  # untouched classes kept
+
+
+def test_runtime_costs_round_trip_and_bad_runtime_tables(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    profile = Profile(models={"runtime": "torch+llamacpp"},
+                      runtime_costs={"llamacpp": CostModel(0.65, 0.6, (1.0, 1.63, 2.24)),
+                                     "torch+llamacpp": CostModel(0.1, 0.05, (1.0, 1.1))})
+    path = save_profile(profile, tmp_path / "p.toml")
+    again = load_profile(path)
+    assert again.runtime_costs == profile.runtime_costs and again.runtime == "torch+llamacpp"
+    assert again.costs_for("llamacpp").verify_costs == (1.0, 1.63, 2.24)
+    assert again.costs_for("nothing") is again.costs
+    broken = tmp_path / "broken.toml"
+    broken.write_text("version = 1\n[runtime_costs.llamacpp]\ndraft_cost = 'x'\n[runtime_costs.torch]\ndraft_cost = 0.2\n")
+    loaded = load_profile(broken)
+    assert set(loaded.runtime_costs) == {"torch"}
+    assert any("runtime_costs.llamacpp.draft_cost" in w for w in loaded.warnings)

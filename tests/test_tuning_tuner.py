@@ -181,3 +181,22 @@ def test_tune_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "cannot use measurements" in capsys.readouterr().err
     assert main(["tune", "--corpus", str(DEFAULT_CORPUS), "--languages", "cobol"]) == 1
     assert "no grammar" in capsys.readouterr().err
+
+
+def test_tune_costs_only_adds_a_runtime_and_keeps_acceptance(tiny_dirs, tmp_path: Path) -> None:
+    from codecue.cli import main
+    from codecue.tuning import save_profile
+
+    output = tmp_path / "profile.toml"
+    base = Profile(models={"runtime": "llamacpp"})
+    base.set_entry("python", "identifier", ClassProfile(k=5, acceptance=0.8, samples=40))
+    save_profile(base, output)
+    assert main(["tune", "--costs-only", "--target", str(tiny_dirs["target"]), "--draft", str(tiny_dirs["target"]),
+                 "--backend", "torch", "--dtype", "float32", "--k-max", "4", "--languages", "python",
+                 "--output", str(output)]) == 0
+    profile = load_profile(output)
+    assert profile.warnings == []
+    assert set(profile.runtime_costs) == {"torch"}
+    assert len(profile.runtime_costs["torch"].verify_costs) == 5 and profile.runtime_costs["torch"].draft_cost > 0
+    assert profile.entry("python", "identifier") == base.entry("python", "identifier")
+    assert profile.runtime == "llamacpp"  # the K values are still llama.cpp's

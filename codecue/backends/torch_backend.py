@@ -114,6 +114,77 @@ def single_row_matmul_is_slow(dtype: torch.dtype, in_features: int = 1536, out_f
     return two_t < 0.9 * one_t
 
 
+ROWWISE_ATTENTION = "codecue_rowwise"
+#: Calls with more query rows than this (prompt prefill) take the ordinary batched attention.
+ROWWISE_MAX_ROWS = 64
+
+
+def _attend_one_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
+    """One query position ``[B, H, 1, D]`` against its keys ``[B, KVH, L, D]``; returns ``[B, 1, H, D]``.
+
+    Plain matmul-softmax-matmul, the query heads that share a key/value head stacked as rows of one matmul.
+    """
+    batch, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
+    scores = torch.matmul(grouped, key.transpose(-1, -2)) * scaling
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    return torch.matmul(probs, value).reshape(batch, 1, heads, dim)
+
+
+def rowwise_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """Attention whose result for a row does not depend on how many rows the call has.
+
+    Measured on the bf16 target here: the linear layers give bit-identical rows for a two-row (padded
+    one-token step) and a nine-row call (a K=8 verification), but SDPA does not — a query row against its
+    keys differs by ~1e-3 from the same row inside a causal block, which grows to ~0.1 in the logits and
+    flips near-tie argmaxes, so speculative greedy output could differ from target-only greedy. Here each of
+    a short call's rows is computed exactly as a one-token step at its position is (its query against the
+    keys up to and including its own, no mask), which makes verification batch-invariant. Long calls
+    (prefill) keep SDPA's batched kernel; target-only decoding prefills the same way.
+    Assumes one unpadded sequence, which is what :class:`TorchBackend` holds.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if q_len > ROWWISE_MAX_ROWS:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    rows = []
+    for i in range(q_len):
+        end = kv_len - (q_len - 1 - i)  # causal: row i sees the keys up to its own position
+        rows.append(_attend_one_row(query[:, :, i : i + 1], key[:, :, :end], value[:, :, :end], scaling))
+    return torch.cat(rows, dim=1), None
+
+
+@functools.cache
+def _register_rowwise_attention() -> str:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ROWWISE_ATTENTION, rowwise_attention_forward)
+    AttentionMaskInterface.register(ROWWISE_ATTENTION, sdpa_mask)  # prefill still needs the causal mask
+    return ROWWISE_ATTENTION
+
+
+def use_rowwise_attention_(model: torch.nn.Module) -> None:
+    """Switch ``model`` to :func:`rowwise_attention_forward` (see there)."""
+    name = _register_rowwise_attention()
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:  # older transformers
+        model.config._attn_implementation = name
+
+
 def pad_single_rows_(model: torch.nn.Module) -> int:
     """Make every ``nn.Linear`` of ``model`` compute a single row as two; returns how many were patched."""
     count = 0
@@ -166,7 +237,9 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, model: torch.nn.Module, device: str = "cpu", max_length: int | None = None) -> None:
+    def __init__(
+        self, model: torch.nn.Module, device: str = "cpu", max_length: int | None = None, pad_head_rows: bool = False
+    ) -> None:
         from transformers import DynamicCache
 
         self.model = model.eval()
@@ -185,6 +258,7 @@ class TorchBackend:
         if getattr(self._head, "bias", None) is not None:
             raise ModelError("models whose output head has a bias are not supported by the torch backend")
         self._head_weight: torch.Tensor | None = None
+        self._pad_head_rows = pad_head_rows  # score a single row as two, like the padded linear layers
         self._vocab_size = int(self._head.weight.shape[0])
 
     @classmethod
@@ -197,11 +271,14 @@ class TorchBackend:
         device: str = "cpu",
         quantize: str | None = None,
         pad_single_row: bool | None = None,
+        batch_invariant: bool = True,
     ) -> TorchBackend:
         """Load an HF model directory, or a GGUF file (``path`` = its directory, ``gguf_file`` = its name).
 
         ``pad_single_row``: compute one-token steps as two rows when that is faster here (measured when
-        ``None``); see :func:`single_row_matmul_is_slow`.
+        ``None``); see :func:`single_row_matmul_is_slow`. ``batch_invariant``: make a row's logits the same
+        whether it is evaluated alone or inside a verification (row-wise attention, and one-row matmuls
+        computed as two rows), so that speculative greedy output equals target-only greedy output exactly.
         """
         from transformers import AutoModelForCausalLM
 
@@ -239,9 +316,17 @@ class TorchBackend:
         if device == "cpu" and quantize != "int8":
             if pad_single_row is None:
                 pad_single_row = single_row_matmul_is_slow(torch_dtype)
+            if batch_invariant and torch_dtype == torch.bfloat16:
+                # A one-row bf16 matmul takes another kernel (a matrix-vector product) than a multi-row one,
+                # with another summation order; two rows take the same kernel as a verification, and any
+                # row count from two up gives bit-identical rows (measured). fp32 matmuls differ by row
+                # count anyway, so there the probe alone decides.
+                pad_single_row = True
             if pad_single_row:
                 pad_single_rows_(model)
-        return cls(model, device=device)
+        if batch_invariant:
+            use_rowwise_attention_(model)
+        return cls(model, device=device, pad_head_rows=bool(pad_single_row))
 
     @property
     def vocab_size(self) -> int:
@@ -270,7 +355,10 @@ class TorchBackend:
                 return torch.empty(0, self.vocab_size)
             hidden = out.last_hidden_state[0, -n:]
             head = self._head_weight if self._head_weight is not None else self._head.weight
-            logits = torch.nn.functional.linear(hidden, head)
+            if n == 1 and self._pad_head_rows:
+                logits = torch.nn.functional.linear(torch.cat([hidden, hidden]), head)[:1]
+            else:
+                logits = torch.nn.functional.linear(hidden, head)
         return logits.float().cpu()
 
     def restrict_vocab(self, token_ids: Sequence[int] | None) -> None:

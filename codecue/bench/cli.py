@@ -32,6 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", nargs="+", metavar="TARGET[+DRAFT]",
                         help="run the engine methods on each of these backends in the same run; "
                              "torch+llamacpp = target on torch, draft on llama.cpp")
+    parser.add_argument("--k-compare", nargs="+", type=int, metavar="K",
+                        help="compare draft depths: the --compare-mode method at each fixed K and at the K "
+                             "profile's K per language and context class, side by side with target-only")
+    parser.add_argument("--compare-mode", default="hybrid", choices=["hybrid", "draft", "ngram"],
+                        help="the engine method --k-compare runs (default hybrid)")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="K profile for the tuned K (default: the user's profile, else the shipped one)")
     parser.add_argument("--baseline", default=None,
                         help="method every speedup is measured against (default: target-only on the first backend)")
     add_model_arguments(parser)
@@ -50,6 +57,61 @@ def format_table(summaries: list, methods: list[str]) -> str:
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
+
+
+def k_comparison(summaries: list, labels: list[str]) -> dict | None:
+    """Tuned K vs the best single fixed K (by overall median speedup) vs K = 4, per language."""
+    from codecue.bench.runner import TUNED, split_method
+
+    fixed: dict[int, str] = {}
+    tuned = None
+    for label in labels:
+        method = label.rsplit(":", 1)[-1]  # drop a backend prefix
+        try:
+            base, k_spec = split_method(method)
+        except ValueError:
+            continue
+        if k_spec == TUNED:
+            tuned = label
+        elif k_spec is not None:
+            fixed[int(k_spec)] = label
+    if tuned is None or not fixed:
+        return None
+    by = {(s.method, s.language): s for s in summaries}
+
+    def speedup(label: str, language: str) -> float | None:
+        s = by.get((label, language))
+        return s.median_speedup if s else None
+
+    best_k = max(fixed, key=lambda k: speedup(fixed[k], "all") or 0.0)
+    rows = []
+    for language in sorted({s.language for s in summaries if s.language != "all"}) + ["all"]:
+        t, b, k4 = speedup(tuned, language), speedup(fixed[best_k], language), speedup(fixed.get(4, ""), language)
+        s = by.get((tuned, language))
+        rows.append({"language": language, "tuned": t, "best_fixed": b, "k4": k4,
+                     "tuned_vs_best_fixed": (t / b) if t and b else None,
+                     "identical": f"{s.identical}/{s.points}" if s else "-",
+                     "fixed": {k: speedup(lbl, language) for k, lbl in sorted(fixed.items())}})
+    return {"best_fixed_k": best_k, "rows": rows}
+
+
+def format_k_comparison(comparison: dict) -> str:
+    def x(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}x"
+
+    best = comparison["best_fixed_k"]
+    fixed_ks = list(comparison["rows"][0]["fixed"]) if comparison["rows"] else []
+    header = ["language", "tuned K", f"best fixed (K={best})", "K=4", "tuned / best fixed", "tuned identical",
+              *(f"K={k}" for k in fixed_ks)]
+    rows = [header]
+    for r in comparison["rows"]:
+        ratio = "-" if r["tuned_vs_best_fixed"] is None else f"{r['tuned_vs_best_fixed']:.2f}"
+        rows.append([r["language"], x(r["tuned"]), x(r["best_fixed"]), x(r["k4"]), ratio, r["identical"],
+                     *(x(r["fixed"][k]) for k in fixed_ks)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "median TPOT speedup over target-only, per language\n" + "\n".join(lines)
 
 
 def draw_plot(summaries: list, methods: list[str], path: Path, title: str) -> None:
@@ -80,7 +142,7 @@ def draw_plot(summaries: list, methods: list[str], path: Path, title: str) -> No
 
 def run(args: argparse.Namespace) -> int:
     from codecue.bench.points import builtin_points, load_points_file
-    from codecue.bench.runner import ENGINE_METHODS, PEER_METHODS, run_points, summarise
+    from codecue.bench.runner import PEER_METHODS, TUNED, is_engine_method, run_points, summarise
     from codecue.completion import Completer
     from codecue.engine.fim import PromptBudget
 
@@ -89,10 +151,16 @@ def run(args: argparse.Namespace) -> int:
 
         return main_from_args(args)
     methods = args.methods or DEFAULT_METHODS
-    unknown = [m for m in methods if m not in ENGINE_METHODS and m not in PEER_METHODS]
+    if args.k_compare:
+        if any(not 1 <= k <= 64 for k in args.k_compare):
+            raise CodeCueError("--k-compare values must be in 1..64")
+        methods = [*(args.methods or []), *(f"{args.compare_mode}@{k}" for k in sorted(set(args.k_compare))),
+                   f"{args.compare_mode}@{TUNED}"]
+    unknown = [m for m in methods if not is_engine_method(m) and m not in PEER_METHODS]
     if unknown:
         raise CodeCueError(f"unknown method(s) {unknown}",
-                           f"choose from {', '.join([*ENGINE_METHODS, *PEER_METHODS])}")
+                           f"choose from target, draft, ngram, hybrid (optionally @K or @{TUNED}), "
+                           f"{', '.join(PEER_METHODS)}")
     if "target" not in methods:
         methods = ["target", *methods]  # the baseline every ratio is measured against
     per_file = args.per_file or (1 if args.quick else 4)
@@ -121,20 +189,26 @@ def run(args: argparse.Namespace) -> int:
         config.backend = target_backend
         config.draft_backend = draft_backend or args.draft_backend
         completer = Completer.load(config)
-        name = completer.target.backend.name
-        if completer.draft is not None and completer.draft.backend.name != name:
-            name = f"{name}+{completer.draft.backend.name}"
+        name = completer.runtime
         label = (lambda m, name=name: f"{name}:{m}") if len(backends) > 1 else (lambda m: m)
         # peers run once, next to the backend they belong to
-        wanted = [m for m in methods if m in ENGINE_METHODS
+        wanted = [m for m in methods if is_engine_method(m)
                   or (m == "hf-assisted" and name == "torch")
                   or (m.startswith("llama-") and name == "llamacpp" and i == backends.index(backend))]
         extra = _llama_peer_methods(completer, config, args.max_tokens) if name == "llamacpp" else {}
         print(f"{len(points)} points x {len(wanted)} methods on {name}, max {args.max_tokens} tokens, K={config.k}",
               file=sys.stderr)
+        tuned_k = None
+        if any(m.endswith(f"@{TUNED}") for m in wanted):
+            from codecue.tuning.policy import KPolicy
+
+            policy = KPolicy.load(str(args.profile) if args.profile else None, runtime=name)
+            tuned_k = policy.current_k
+            print(f"tuned K from profile: {policy.profile.source} (runtime {name}, costs: draft step "
+                  f"{policy.costs.draft_cost:.2f}, verify K=4 {policy.costs.verify_cost(4):.2f})", file=sys.stderr)
         records += run_points(completer, points, wanted, max_tokens=args.max_tokens, k=config.k,
-                              progress=progress, extra_methods=extra, label=label)
-        labels += [label(m) if m in ENGINE_METHODS or m == "hf-assisted" else m for m in wanted]
+                              progress=progress, extra_methods=extra, label=label, tuned_k=tuned_k)
+        labels += [label(m) if is_engine_method(m) or m == "hf-assisted" else m for m in wanted]
         del completer
     baseline = args.baseline or labels[0]
     summaries = summarise(records, baseline)
@@ -143,6 +217,9 @@ def run(args: argparse.Namespace) -> int:
              f"backends {'+'.join(backends)}, speedup vs {baseline}, {platform.machine()} {_cpu_count()} cores")
     print(title)
     print(format_table(summaries, methods))
+    comparison = k_comparison(summaries, labels) if args.k_compare else None
+    if comparison:
+        print(format_k_comparison(comparison))
     elapsed = time.perf_counter() - started
     print(f"({elapsed / 60:.1f} minutes)")
     if args.json_out:
@@ -154,7 +231,8 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(args.json_out, json.dumps({
             "title": title, "methods": methods, "max_tokens": args.max_tokens, "k": config.k,
             "backends": backends, "baseline": baseline, "elapsed_s": elapsed,
-            "summary": [asdict(s) for s in summaries], "runs": records_to_json(records)}, indent=1))
+            "summary": [asdict(s) for s in summaries], "k_comparison": comparison,
+            "runs": records_to_json(records)}, indent=1))
     if args.plot:
         draw_plot(summaries, methods, args.plot, title)
     return 0

@@ -10,6 +10,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from codecue.bench.points import Point
@@ -102,6 +103,39 @@ def run_hf_assisted(completer: Any, prompt: list[int], max_tokens: int) -> RunRe
                      (t1 - first) * 1e3 / (n - 1) if n > 1 else 0.0, (t1 - t0) * 1e3, n)
 
 
+TUNED = "tuned"
+
+
+def split_method(method: str) -> tuple[str, str | None]:
+    """``hybrid@6`` -> ("hybrid", "6"): an engine method at a fixed K; ``hybrid@tuned`` -> the profile's K
+    for the point's language and context class; plain ``hybrid`` -> the run's ``--k``."""
+    base, sep, k_spec = method.partition("@")
+    if not sep:
+        return method, None
+    if base not in ENGINE_METHODS or base == "target" or not (k_spec == TUNED or k_spec.isdigit()):
+        raise ValueError(f"bad method {method!r}: use ENGINE_METHOD@K or ENGINE_METHOD@{TUNED}, e.g. hybrid@4")
+    return base, k_spec
+
+
+def is_engine_method(method: str) -> bool:
+    try:
+        return split_method(method)[0] in ENGINE_METHODS
+    except ValueError:
+        return False
+
+
+def point_context(point: Point) -> tuple[str, str]:
+    """(language, context class) at the point's cursor, by the same tree-sitter analysis the server uses."""
+    from codecue.context.documents import DocumentTrees
+    from codecue.context.languages import language_for_path
+
+    language = language_for_path(Path(point.path)) or point.language
+    trees = DocumentTrees()
+    trees.open("bench://point", point.prefix + point.suffix, language)
+    context = trees.context("bench://point", point.line, point.character)
+    return context.language, context.context_class
+
+
 def run_points(
     completer: Any,
     points: Sequence[Point],
@@ -112,22 +146,39 @@ def run_points(
     progress: Callable[[str], None] = lambda msg: None,
     extra_methods: dict[str, Callable[[Point, list[int]], RunRecord | str]] | None = None,
     label: Callable[[str], str] = lambda method: method,
+    tuned_k: Callable[[str, str], int] | None = None,
 ) -> list[RunRecord]:
-    """Every method on every point; ``label`` names a method in the records (e.g. with its backend)."""
+    """Every method on every point; ``label`` names a method in the records (e.g. with its backend).
+
+    ``tuned_k(language, context_class)`` gives the K of ``METHOD@tuned`` methods (a :class:`KPolicy`'s
+    ``k_for``); 0 there means the policy turned speculation off for that class: target-only decoding.
+    """
     records: list[RunRecord] = []
     extra_methods = extra_methods or {}
     for i, point in enumerate(points, 1):
         prompt = completer.build_prompt(point.prefix, point.suffix)
         baseline: list[int] | None = None
+        context = None
         for method in methods:
             completer.reset_caches()
-            if method in ENGINE_METHODS:
-                mode = ENGINE_METHODS[method][0]
-                r = completer.generate_ids(prompt, max_tokens=max_tokens, k=0 if mode == "none" else k,
-                                           draft_mode=mode)
+            note = ""
+            if is_engine_method(method):
+                base, k_spec = split_method(method)
+                mode = ENGINE_METHODS[base][0]
+                if k_spec == TUNED:
+                    if tuned_k is None:
+                        raise ValueError(f"{method} needs a K profile")
+                    context = context or point_context(point)
+                    method_k = tuned_k(*context)
+                    note = f"{context[0]}/{context[1]} K={method_k}"
+                else:
+                    method_k = int(k_spec) if k_spec is not None else k
+                if mode == "none" or method_k == 0:
+                    mode, method_k = "none", 0
+                r = completer.generate_ids(prompt, max_tokens=max_tokens, k=method_k, draft_mode=mode)
                 s = r.stats
                 rec = RunRecord(point.name, point.language, method, r.tokens, r.text, s.ttft_ms, s.tpot_ms,
-                                s.total_ms, s.new_tokens, s.drafted, s.accepted, s.rounds)
+                                s.total_ms, s.new_tokens, s.drafted, s.accepted, s.rounds, note=note)
             else:
                 runner = run_hf_assisted if method == "hf-assisted" else extra_methods.get(method)
                 if runner is None:
@@ -139,7 +190,7 @@ def run_points(
                     continue
                 rec = out
                 rec.point, rec.language = point.name, point.language
-            rec.method = label(method) if method in ENGINE_METHODS or method == "hf-assisted" else method
+            rec.method = label(method) if is_engine_method(method) or method == "hf-assisted" else method
             if method == "target":
                 baseline = rec.tokens
             if baseline is not None:
@@ -148,6 +199,7 @@ def run_points(
             progress(f"[{i}/{len(points)}] {point.language:<10} {point.name:<28} {rec.method:<16} "
                      f"{rec.new_tokens:>3} tok  ttft {rec.ttft_ms:7.0f} ms  tpot {rec.tpot_ms:6.1f} ms"
                      + (f"  acc {rec.accepted}/{rec.drafted}" if rec.drafted else "")
+                     + (f"  ({note})" if note else "")
                      + ("" if rec.identical in (None, True) else "  DIFFERS"))
     return records
 

@@ -58,6 +58,7 @@ class ContextHooks:
     _policy_lock = threading.Lock()
     _policy: Any = None
     _policy_failed = False
+    _runtime: str | None = None
 
     def __init__(self) -> None:
         self.trees: Any = None
@@ -156,6 +157,17 @@ class ContextHooks:
         return blank_line_stop
 
     @classmethod
+    def set_runtime(cls, runtime: str) -> None:
+        """The models now run on ``runtime`` (e.g. "llamacpp"): the policy uses that runtime's costs."""
+        cls._runtime = runtime
+        policy = cls.policy()
+        if policy is not None and hasattr(policy, "set_runtime"):
+            try:
+                policy.set_runtime(runtime)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("K policy: could not switch to runtime %s: %s", runtime, exc)
+
+    @classmethod
     def policy(cls) -> Any:
         """The K policy shared by all sessions of this process (it learns across them)."""
         if KPolicy is None or cls._policy_failed:
@@ -163,7 +175,7 @@ class ContextHooks:
         with cls._policy_lock:
             if cls._policy is None:
                 try:
-                    cls._policy = KPolicy.load() if hasattr(KPolicy, "load") else KPolicy()
+                    cls._policy = KPolicy.load(runtime=cls._runtime) if hasattr(KPolicy, "load") else KPolicy()
                 except Exception as exc:  # noqa: BLE001
                     cls._policy_failed = True
                     log.warning("K policy disabled: %s", exc)

@@ -52,9 +52,12 @@ CompleterFactory = Callable[[ModelChoice], "Completer"]
 def load_completer(choice: ModelChoice) -> Completer:
     """The default factory: resolve and load the pair (heavy imports happen here, in the worker)."""
     from codecue.completion import Completer, CompleterConfig
+    from codecue.server.context_hooks import ContextHooks
 
-    return Completer.load(CompleterConfig(target=choice.target, draft=choice.draft, backend=choice.backend,
-                                          draft_mode=choice.draft_mode, dtype=choice.dtype))
+    completer = Completer.load(CompleterConfig(target=choice.target, draft=choice.draft, backend=choice.backend,
+                                               draft_mode=choice.draft_mode, dtype=choice.dtype))
+    ContextHooks.set_runtime(completer.runtime)  # the K policy prices drafts with this runtime's costs
+    return completer
 
 
 @dataclass(eq=False)

@@ -31,10 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-class", type=int, default=6, help="cursor positions per context class and file")
     parser.add_argument("--max-tokens", type=int, default=48, help="tokens per completion while measuring")
     parser.add_argument("--k-max", type=int, default=12, help="the largest K the profile may choose")
+    parser.add_argument("--prompt-tokens", type=int, default=None,
+                        help="FIM prompt budget while measuring (default: the completer's; smaller is faster)")
     parser.add_argument("--min-rounds", type=int, default=20, help="rounds needed before a class's K is tuned")
     parser.add_argument("--seed", type=int, default=0, help="seed for choosing cursor positions")
     parser.add_argument("--measurements", type=Path, help="also write the raw measurements (JSON) here")
     parser.add_argument("--from-measurements", type=Path, help="build the profile from saved measurements")
+    parser.add_argument("--costs-only", action="store_true",
+                        help="only time this runtime's draft step and verification passes and add them to the "
+                             "profile as [runtime_costs.RUNTIME]; its K then follows from the measured acceptance")
     parser.add_argument("--dry-run", action="store_true", help="print the profile instead of writing it")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_model_arguments(parser)
@@ -142,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.k_max <= 64 or args.per_class < 1 or args.max_tokens < 1 or args.min_rounds < 0:
         raise CodeCueError("--k-max must be in 1..64, --per-class and --max-tokens at least 1")
+    if args.costs_only:
+        return _run_costs_only(args)
     if args.from_measurements is not None:
         tallies, costs, models = _measurements_from_json(args.from_measurements)
         if args.languages:
@@ -160,6 +167,12 @@ def run(args: argparse.Namespace) -> int:
             raise CodeCueError(f"--k (the K used while measuring) must be in 1..{args.k_max}")
         config = config_from_args(args)
         config.k = args.k
+        if args.prompt_tokens is not None:
+            from codecue.engine.fim import PromptBudget
+
+            if args.prompt_tokens < 64:
+                raise CodeCueError("--prompt-tokens must be at least 64")
+            config.budget = PromptBudget(total=args.prompt_tokens, suffix=min(128, args.prompt_tokens // 4), extra=0)
         completer = Completer.load(config)
         if completer.draft is None:
             raise CodeCueError("tuning needs a draft model", "do not use --draft-mode ngram/none")
@@ -178,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             progress=log,
         )
         tallies = measured.tallies
-        models = {"target": completer.names[0], "draft": str(completer.names[1]), "backend": args.backend}
+        models = {"target": completer.names[0], "draft": str(completer.names[1]), "runtime": completer.runtime}
         if args.measurements is not None:
             from codecue.paths import atomic_write_text
 
@@ -193,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
         base=default_profile(),
         models=models,
     )
+    if profile.runtime:
+        profile.runtime_costs[profile.runtime] = costs
     measured = {language for language, _ in tallies}
     table = format_table(profile, measured)
     if args.json:
@@ -204,6 +219,47 @@ def run(args: argparse.Namespace) -> int:
             print(dumps_profile(profile))
         return 0
     path = save_profile(profile, args.output if args.output is not None else user_profile_path())
+    if not args.json:
+        print(f"wrote {path}")
+    return 0
+
+
+def _run_costs_only(args: argparse.Namespace) -> int:
+    """Measure this runtime's costs and merge them into an existing profile (acceptance is kept)."""
+    from codecue.commands.common import config_from_args
+    from codecue.completion import Completer
+    from codecue.tuning.profile import dumps_profile, load_profile, save_profile, user_profile_path
+    from codecue.tuning.tuner import measure_costs
+
+    output = args.output if args.output is not None else user_profile_path()
+    profile = load_profile(output if output.exists() else None)
+    config = config_from_args(args)
+    completer = Completer.load(config)
+    if completer.draft is None:
+        raise CodeCueError("measuring costs needs a draft model", "do not use --draft-mode ngram/none")
+    files = corpus_files(args.corpus, args.languages)
+    costs = measure_costs(completer, files[0][0].read_text(encoding="utf-8", errors="replace"), k_max=args.k_max)
+    profile.runtime_costs[completer.runtime] = costs
+    if completer.runtime == profile.runtime:
+        # The runtime the K values are for: re-time it (e.g. on a quieter machine) and re-choose them.
+        from codecue.tuning.policy import best_k
+
+        profile.costs = costs
+        for classes in profile.languages.values():
+            for entry in classes.values():
+                if entry.acceptance is not None and entry.samples >= args.min_rounds:
+                    entry.k, entry.speedup = best_k(entry.acceptance, costs, profile.k_max)
+    line = (f"{completer.runtime}: draft step {costs.draft_cost:.3f}, verify K=1 {costs.verify_cost(1):.3f}, "
+            f"K=4 {costs.verify_cost(4):.3f}, K=8 {costs.verify_cost(8):.3f} (target step = 1)")
+    if args.json:
+        print(json.dumps({"runtime": completer.runtime, "draft_cost": costs.draft_cost,
+                          "verify_costs": list(costs.verify_costs)}))
+    else:
+        print(line)
+    if args.dry_run:
+        print(dumps_profile(profile))
+        return 0
+    path = save_profile(profile, output)
     if not args.json:
         print(f"wrote {path}")
     return 0

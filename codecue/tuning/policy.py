@@ -168,6 +168,10 @@ class KPolicy:
     profile: Profile | None = None
     settings: PolicySettings = field(default_factory=PolicySettings)
     default_k: Callable[[str, str], int] = _grammar_default_k
+    #: the runtime completions run on ("llamacpp", "torch+llamacpp", ...): picks the profile's costs for it,
+    #: and where the profile's K values were tuned on another runtime, K comes from the class's measured
+    #: acceptance and this runtime's costs instead
+    runtime: str | None = None
 
     def __post_init__(self) -> None:
         from codecue.tuning.profile import Profile
@@ -180,16 +184,34 @@ class KPolicy:
     @property
     def costs(self) -> CostModel:
         assert self.profile is not None
-        return self.profile.costs
+        return self.profile.costs_for(self.runtime)
 
     @costs.setter
     def costs(self, costs: CostModel) -> None:
         assert self.profile is not None
         with self._lock:
-            self.profile.costs = costs
+            if self.runtime is not None and self.runtime in self.profile.runtime_costs:
+                self.profile.runtime_costs[self.runtime] = costs
+            else:
+                self.profile.costs = costs
             for state in self._states.values():
                 if state.rounds >= self.settings.min_rounds:
                     state.k = self._model_k(state)
+
+    def set_runtime(self, runtime: str | None) -> None:
+        """Completions now run on ``runtime``: re-derive every class's K for its costs."""
+        with self._lock:
+            if runtime == self.runtime:
+                return
+            self.runtime = runtime
+            self._states.clear()  # rebuilt from the profile on the next request, then adapted again
+
+    def _k_from_profile_acceptance(self) -> bool:
+        """True when the profile's K values were tuned for another runtime than this one, whose costs the
+        profile has: then its per-class acceptance, not its K, carries over."""
+        assert self.profile is not None
+        return (self.runtime is not None and self.runtime in self.profile.runtime_costs
+                and self.profile.runtime != self.runtime)
 
     def draft_cost(self) -> float:
         return self.costs.draft_cost
@@ -205,6 +227,8 @@ class KPolicy:
             assert self.profile is not None
             entry = self.profile.entry(*key)
             k = entry.k if entry is not None else self.default_k(*key)
+            if entry is not None and entry.acceptance is not None and self._k_from_profile_acceptance():
+                k = best_k(entry.acceptance, self.costs, self.settings.k_max)[0]
             state = _ClassState(k=min(max(k, 0), self.settings.k_max))
             if entry is not None and entry.acceptance is not None:
                 state.accepted = entry.acceptance * self.settings.prior_weight
@@ -229,6 +253,11 @@ class KPolicy:
                 state.calls_while_off = 0
                 return self.settings.probe_k  # measure again: the class may have become predictable
             return 0
+
+    def current_k(self, language: str, context_class: str) -> int:
+        """The class's K now, without counting a request (no re-probing of a class that is off)."""
+        with self._lock:
+            return self._state(language, context_class).k
 
     def observe(self, language: str, context_class: str, drafted: int, accepted: int) -> None:
         """Report one verification round: ``drafted`` tokens proposed, the first ``accepted`` kept."""
@@ -269,6 +298,8 @@ class KPolicy:
         assert self.profile is not None
         with self._lock:
             profile = self.profile.copy()
+            if self.runtime is not None:
+                profile.models["runtime"] = self.runtime  # the K values below are this runtime's
             for (language, context_class), state in self._states.items():
                 if state.rounds == 0:
                     continue
@@ -281,13 +312,14 @@ class KPolicy:
 
     # -- persistence -------------------------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | None = None, settings: PolicySettings | None = None) -> KPolicy:
+    def load(cls, path: str | None = None, settings: PolicySettings | None = None,
+             runtime: str | None = None) -> KPolicy:
         """A policy from the user's profile (or ``path``); a broken profile logs a warning, gives defaults."""
         from codecue.tuning.profile import load_profile
 
         profile = load_profile(path)
         settings = settings or PolicySettings(k_max=profile.k_max)
-        return cls(profile=profile, settings=settings)
+        return cls(profile=profile, settings=settings, runtime=runtime)
 
     def save(self, path: str | None = None) -> None:
         from codecue.tuning.profile import save_profile, user_profile_path

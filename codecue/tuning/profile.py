@@ -20,6 +20,10 @@ Layout::
     verify_per_token = 0.04
     verify_costs = [1.0, 1.03]    # target pass over k+1 tokens / one target step, by k
 
+    [runtime_costs.llamacpp]      # the same, measured on another runtime (`codecue tune --costs-only`)
+    draft_cost = 0.66
+    verify_costs = [1.0, 1.62, 2.24]
+
     [languages.python]
     call_arguments = { k = 5, acceptance = 0.81, samples = 1200, speedup = 1.9 }
 """
@@ -59,6 +63,9 @@ class ClassProfile:
 @dataclass
 class Profile:
     costs: CostModel = field(default_factory=CostModel)
+    #: costs measured on other runtimes ("llamacpp", "torch+llamacpp" = target on torch, draft on llama.cpp):
+    #: the same per-class acceptance gives another K where a draft step or a verification costs more.
+    runtime_costs: dict[str, CostModel] = field(default_factory=dict)
     languages: dict[str, dict[str, ClassProfile]] = field(default_factory=dict)
     k_max: int = DEFAULT_K_MAX
     source: str = "built-in defaults"
@@ -66,6 +73,17 @@ class Profile:
     models: dict[str, str] = field(default_factory=dict)
     notes: str = ""
     warnings: list[str] = field(default_factory=list)  # problems met while loading (not saved)
+
+    @property
+    def runtime(self) -> str | None:
+        """The runtime the ``k`` values were chosen for (``[models] runtime``), if recorded."""
+        return self.models.get("runtime")
+
+    def costs_for(self, runtime: str | None) -> CostModel:
+        """The costs measured on ``runtime``, else the main ``[costs]``."""
+        if runtime is not None and runtime in self.runtime_costs:
+            return self.runtime_costs[runtime]
+        return self.costs
 
     def entry(self, language: str, context_class: str) -> ClassProfile | None:
         return self.languages.get(language, {}).get(context_class)
@@ -100,20 +118,21 @@ def _integer(value: Any, where: str, low: int, high: int) -> int:
     return value
 
 
-def _parse_costs(raw: Any) -> CostModel:
+def _parse_costs(raw: Any, where: str = "costs") -> CostModel:
     if not isinstance(raw, dict):
-        raise _Invalid("[costs] must be a table")
+        raise _Invalid(f"[{where}] must be a table")
     defaults = CostModel()
-    draft_cost = _number(raw.get("draft_cost", defaults.draft_cost), "costs.draft_cost", 0.0, 100.0)
-    per_token = _number(raw.get("verify_per_token", defaults.verify_per_token), "costs.verify_per_token", 0.0, 100.0)
+    draft_cost = _number(raw.get("draft_cost", defaults.draft_cost), f"{where}.draft_cost", 0.0, 100.0)
+    per_token = _number(raw.get("verify_per_token", defaults.verify_per_token), f"{where}.verify_per_token",
+                        0.0, 100.0)
     table = raw.get("verify_costs", [])
     if not isinstance(table, list):
-        raise _Invalid("costs.verify_costs must be a list of numbers")
-    verify = tuple(_number(v, f"costs.verify_costs[{i}]", 1e-6, 1000.0) for i, v in enumerate(table))
+        raise _Invalid(f"{where}.verify_costs must be a list of numbers")
+    verify = tuple(_number(v, f"{where}.verify_costs[{i}]", 1e-6, 1000.0) for i, v in enumerate(table))
     try:
         return CostModel(draft_cost, per_token, verify)
     except ValueError as exc:
-        raise _Invalid(f"costs: {exc}") from exc
+        raise _Invalid(f"{where}: {exc}") from exc
 
 
 def _parse_entry(raw: Any, where: str, k_max: int) -> ClassProfile:
@@ -152,8 +171,22 @@ def parse_profile(data: dict[str, Any], origin: str = "profile") -> Profile:
             raise _Invalid("[models] must map names to strings")
     except _Invalid as exc:
         raise ValueError(str(exc)) from exc
+    runtime_costs: dict[str, CostModel] = {}
+    runtimes_raw = data.get("runtime_costs", {})
+    if not isinstance(runtimes_raw, dict):
+        runtimes_raw = {}
+        warnings = [f"{origin}: [runtime_costs] must be a table of tables; ignored"]
+    else:
+        warnings = []
+    for runtime, raw in runtimes_raw.items():
+        try:
+            runtime_costs[str(runtime)] = _parse_costs(raw, f"runtime_costs.{runtime}")
+        except _Invalid as exc:
+            warnings.append(f"{origin}: {exc}; that runtime uses [costs]")
     profile = Profile(
         costs=costs,
+        runtime_costs=runtime_costs,
+        warnings=warnings,
         k_max=k_max,
         source=str(data.get("source", "")),
         created=str(data.get("created", "")),
@@ -297,6 +330,12 @@ def dumps_profile(profile: Profile) -> str:
     ]
     if costs.verify_costs:
         lines.append(f"verify_costs = {_value([float(c) for c in costs.verify_costs])}")
+    for runtime, other in sorted(profile.runtime_costs.items()):
+        lines += ["", f"[runtime_costs.{_key(runtime)}]",
+                  f"draft_cost = {_value(float(other.draft_cost))}",
+                  f"verify_per_token = {_value(float(other.verify_per_token))}"]
+        if other.verify_costs:
+            lines.append(f"verify_costs = {_value([float(c) for c in other.verify_costs])}")
     for language in sorted(profile.languages):
         lines += ["", f"[languages.{_key(language)}]"]
         for context_class, entry in sorted(profile.languages[language].items()):
