@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 # Tests never touch the user's real cache or config unless they ask for the real models explicitly.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The server saves what its K policy learned into the user's profile; tests (and the servers they start,
+# which inherit this) write into a throwaway config directory instead.
+os.environ["CODECUE_CONFIG_DIR"] = tempfile.mkdtemp(prefix="codecue-test-config-")
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from codecue.cli import main
-from codecue.tuning import ClassProfile, Profile, save_profile
+from codecue.tuning import ClassProfile, Profile, default_profile, save_profile
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,8 @@ def test_explain_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert result["context_class"] == "call_arguments"
     assert result["scope"] == "line"
     assert result["language"] == "python"
-    assert result["k"] == 5  # the shipped default profile
+    shipped = default_profile().entry("python", "call_arguments")
+    assert shipped is not None and result["k"] == shipped.k  # the shipped default profile
     assert result["indentation"] == "    "
 
 
@@ -55,7 +56,9 @@ def test_explain_with_a_corrupt_profile_warns_and_works(tmp_path: Path, private_
     captured = capsys.readouterr()
     assert "warning" in captured.err and "not valid TOML" in captured.err
     result = json.loads(captured.out)
-    assert result["context_class"] == "block_start" and result["scope"] == "block" and result["k"] == 4
+    shipped = default_profile().entry("go", "block_start")
+    assert result["context_class"] == "block_start" and result["scope"] == "block"
+    assert shipped is not None and result["k"] == shipped.k
 
 
 def test_explain_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -79,3 +82,20 @@ def test_bench_script_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> No
     assert bench.main(["--lines", "100", "--samples", "3"]) == 0
     assert "median" in capsys.readouterr().out
     assert bench.generate_source(2000).count("\n") == 2000
+
+
+def test_explain_prices_drafts_for_a_runtime(tmp_path: Path, private_config_dir: Path, capsys) -> None:
+    """K tuned on one runtime; on a runtime whose draft steps and verifications cost more (llama.cpp on
+    2 cores), the same acceptance gives K = 0."""
+    from codecue.tuning import CostModel
+
+    profile = Profile(models={"runtime": "torch+llamacpp"},
+                      runtime_costs={"llamacpp": CostModel(0.65, 0.6, (1.0, 1.63, 2.24, 2.73, 3.4))})
+    profile.set_entry("python", "call_arguments", ClassProfile(6, 0.85, 100, 2.0))
+    save_profile(profile, private_config_dir / "profile.toml")
+    path = write(tmp_path, "a.py", "def f(x):\n    return g(x, )\n")
+    assert main(["explain", str(path), "--line", "1", "--character", "16", "--json"]) == 0
+    tuned = json.loads(capsys.readouterr().out)
+    assert tuned["k"] == 6 and tuned["runtime"] == "torch+llamacpp"
+    assert main(["explain", str(path), "--line", "1", "--character", "16", "--json", "--runtime", "llamacpp"]) == 0
+    assert json.loads(capsys.readouterr().out)["k"] == 0

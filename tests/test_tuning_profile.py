@@ -194,3 +194,21 @@ def test_runtime_costs_round_trip_and_bad_runtime_tables(tmp_path: Path, caplog:
     loaded = load_profile(broken)
     assert set(loaded.runtime_costs) == {"torch"}
     assert any("runtime_costs.llamacpp.draft_cost" in w for w in loaded.warnings)
+
+
+def test_server_keeps_what_the_policy_learned(private_config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On idle unload and at shutdown the server writes the adapted profile (atomically) to the user's
+    profile, so the next start begins from it; nothing is written when nothing was observed."""
+    from codecue.server.context_hooks import ContextHooks
+
+    policy = KPolicy(profile=Profile(), runtime="llamacpp")
+    monkeypatch.setattr(ContextHooks, "_policy", policy)
+    assert ContextHooks.save_learned() is False and not user_profile_path().exists()
+    for _ in range(30):
+        policy.observe("python", "call_arguments", 6, 6)
+    assert ContextHooks.save_learned() is True
+    saved = load_profile(user_profile_path())
+    entry = saved.entry("python", "call_arguments")
+    assert entry is not None and entry.acceptance is not None and entry.acceptance > 0.9 and entry.samples == 30
+    assert saved.runtime == "llamacpp" and "learned by the server" in saved.source
+    assert ContextHooks.save_learned() is False  # nothing new since

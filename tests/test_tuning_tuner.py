@@ -17,6 +17,7 @@ from codecue.tuning.tuner import (
     costs_from_timings,
     measure_acceptance,
     measure_costs,
+    pooled_acceptance,
     sample_positions,
 )
 
@@ -200,3 +201,27 @@ def test_tune_costs_only_adds_a_runtime_and_keeps_acceptance(tiny_dirs, tmp_path
     assert len(profile.runtime_costs["torch"].verify_costs) == 5 and profile.runtime_costs["torch"].draft_cost > 0
     assert profile.entry("python", "identifier") == base.entry("python", "identifier")
     assert profile.runtime == "llamacpp"  # the K values are still llama.cpp's
+
+
+def test_pooling_borrows_strength_across_languages() -> None:
+    """A class seen in a few rounds in one language is shrunk toward the same class elsewhere; a class
+    never seen in a measured language takes the class's rate; plenty of own rounds dominate the prior."""
+    costs = CostModel(draft_cost=0.1, verify_per_token=0.05)
+    rich, sparse, other = Tally(), Tally(), Tally()
+    simulate(rich, 0.9, 8, 400, seed=4)  # python block_start: lots of data, high acceptance
+    sparse.add_round(8, 0)  # go block_start: one unlucky round
+    simulate(other, 0.3, 8, 400, seed=5)  # python comment: low acceptance
+    base = Profile()
+    base.set_entry("go", "comment", ClassProfile(2))  # go comment: never measured
+    tallies = {("python", "block_start"): rich, ("go", "block_start"): sparse, ("python", "comment"): other}
+    pooled = pooled_acceptance(tallies, 20.0)
+    assert abs(pooled[("python", "block_start")][0] - rich.acceptance) < 0.02
+    assert pooled[("go", "block_start")][0] > 0.8  # pulled up from 0/1 toward the class's ~0.9
+    profile = build_profile(tallies, costs, min_rounds=20, base=base, pool_weight=20.0)
+    go_block = profile.entry("go", "block_start")
+    assert go_block is not None and go_block.k >= 4 and go_block.samples == 1
+    go_comment = profile.entry("go", "comment")
+    assert go_comment is not None and go_comment.samples == 0
+    assert abs(go_comment.acceptance - pooled_acceptance(tallies, 20.0, [("go", "comment")])[("go", "comment")][0]) < 1e-9
+    unpooled = build_profile(tallies, costs, min_rounds=20, base=base)
+    assert unpooled.entry("go", "block_start") is None and unpooled.entry("go", "comment") == ClassProfile(2)

@@ -88,15 +88,16 @@ def fastest_cpu_dtype() -> torch.dtype:
 
 def _padded_linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if x.dim() == 3 and x.shape[0] == 1 and x.shape[1] == 1:
-        # Two identical rows take the batched (AMX) kernel; one row takes a slower matrix-vector path.
+        # Two identical rows take the batched (oneDNN, AVX-512 BF16) kernel; one row takes a slower
+        # matrix-vector path with another summation order.
         return torch.nn.functional.linear(torch.cat([x, x], dim=1), self.weight, self.bias)[:, :1]
     return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
 @functools.lru_cache(maxsize=8)
 def single_row_matmul_is_slow(dtype: torch.dtype, in_features: int = 1536, out_features: int = 8960) -> bool:
-    """Does a one-row matmul take longer than a two-row one here? (bf16 on CPUs with AMX: yes — the
-    single row goes through a matrix-vector kernel that does not use the tile unit.)"""
+    """Does a one-row matmul take longer than a two-row one here? (bf16 on this AVX-512 BF16 CPU: yes —
+    the single row goes through a matrix-vector kernel, two rows through the batched GEMM.)"""
     w = torch.randn(out_features, in_features, dtype=dtype)
     one = torch.randn(1, 1, in_features, dtype=dtype)
     two = torch.cat([one, one], dim=1)

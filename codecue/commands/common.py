@@ -23,7 +23,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda")
     g.add_argument("--draft-mode", choices=DRAFT_MODES, default="hybrid",
                    help="who drafts: hybrid (n-gram lookup, else the draft model), model, ngram, none")
-    g.add_argument("--k", type=int, default=4, help="drafting depth K (0 = no speculation)")
+    g.add_argument("--k", type=int, default=None,
+                   help="drafting depth K (0 = no speculation; default: `codecue complete` takes the K profile's "
+                        "K for the cursor's language and context class, other commands 4)")
     g.add_argument("--min-confidence", type=float, default=0.4,
                    help="stop drafting when the draft's probability for its guess falls below this")
     g.add_argument("--draft-vocab", choices=["code", "full"], default="code",
@@ -36,5 +38,6 @@ def config_from_args(args: argparse.Namespace) -> CompleterConfig:
     mode = "none" if getattr(args, "no_speculation", False) else args.draft_mode
     return CompleterConfig(target=args.target, draft=args.draft, backend=args.backend,
                            draft_backend=args.draft_backend, dtype=args.dtype, device=args.device,
-                           draft_mode=mode, k=0 if mode == "none" else args.k, min_confidence=args.min_confidence,
+                           draft_mode=mode, k=0 if mode == "none" else (4 if args.k is None else args.k),
+                           min_confidence=args.min_confidence,
                            draft_vocab=getattr(args, "draft_vocab", "code"))

@@ -44,8 +44,17 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature < 0 or not 0 < args.top_p <= 1:
         raise CodeCueError("--temperature must be >= 0 and --top-p in (0, 1]")
     config = config_from_args(args)
-    stop_predicate = None if args.no_scope_stop else scope_stop(args.file, text, args.line, args.character)
+    context = cursor_context(args.file, text, args.line, args.character)
+    stop_predicate = None if args.no_scope_stop else scope_stop(args.file, text, args.line, args.character, context)
     completer = Completer.load(config)
+    k_source = "option" if args.k is not None or config.k == 0 else "default"
+    if k_source == "default" and context is not None and completer.draft is not None:
+        # As the language server does: the K profile's depth for this language and context class,
+        # priced with this runtime's costs (0 where drafting would not pay here).
+        from codecue.tuning.policy import KPolicy
+
+        config.k = KPolicy.load(runtime=completer.runtime).current_k(context.language, context.context_class)
+        k_source = "profile"
     printed = {"n": 0}
 
     def stream(so_far: str) -> None:
@@ -53,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         printed["n"] = len(so_far)
 
-    result = completer.complete(prefix, suffix, max_tokens=args.max_tokens, temperature=args.temperature,
+    result = completer.complete(prefix, suffix, max_tokens=args.max_tokens, k=config.k,
+                                draft_mode=config.draft_mode if config.k > 0 else "none",
+                                temperature=args.temperature,
                                 top_p=args.top_p, seed=args.seed, stop_predicate=stop_predicate,
                                 on_text=stream if args.stream and not args.json else None)
     s = result.stats
@@ -62,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
             "text": result.text, "tokens": result.tokens, "stop_reason": result.stop_reason,
             "ttft_ms": round(s.ttft_ms, 2), "tpot_ms": round(s.tpot_ms, 2), "total_ms": round(s.total_ms, 2),
             "drafted": s.drafted, "accepted": s.accepted, "acceptance_rate": round(s.acceptance_rate, 4),
-            "rounds": s.rounds, "histogram": s.histogram, "k": config.k, "speculative": s.speculative,
+            "rounds": s.rounds, "histogram": s.histogram, "k": config.k, "k_source": k_source,
+            "context_class": context.context_class if context is not None else None,
+            "speculative": s.speculative,
             "draft_mode": config.draft_mode, "prompt_tokens": s.prompt_tokens,
-            "backend": completer.target.backend.name,
+            "backend": completer.target.backend.name, "runtime": completer.runtime,
         }))
     else:
         if args.stream:
@@ -72,23 +85,34 @@ def run(args: argparse.Namespace) -> int:
             print()
         else:
             print(result.text)
-        print(f"[{s.new_tokens} tokens, ttft {s.ttft_ms:.0f} ms, tpot {s.tpot_ms:.1f} ms, "
+        print(f"[{s.new_tokens} tokens, ttft {s.ttft_ms:.0f} ms, tpot {s.tpot_ms:.1f} ms, K={config.k} ({k_source}), "
               f"accepted {s.accepted}/{s.drafted}, {result.stop_reason}]", file=sys.stderr)
     return 0
 
 
-def scope_stop(path: Path, text: str, line: int, character: int):
+def cursor_context(path: Path, text: str, line: int, character: int):
+    """The tree-sitter ``CursorContext`` at the cursor, or None for an unknown language (or any failure:
+    a context problem must not stop a completion)."""
+    try:
+        from codecue.context import analyze, language_for_path
+
+        language = language_for_path(path)
+        return None if language is None else analyze(text, language, line, character)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def scope_stop(path: Path, text: str, line: int, character: int, context=None):
     """The same syntax-aware stop the language server uses: from tree-sitter when the language is known,
     else at the first blank line."""
     from codecue.server.context_hooks import blank_line_stop
 
+    context = context if context is not None else cursor_context(path, text, line, character)
+    if context is None:
+        return blank_line_stop
     try:
-        from codecue.context import analyze, language_for_path
         from codecue.context.stopping import make_stop_predicate
 
-        language = language_for_path(path)
-        if language is None:
-            return blank_line_stop
-        return make_stop_predicate(analyze(text, language, line, character))
+        return make_stop_predicate(context)
     except Exception:  # noqa: BLE001 - a context failure must not stop a completion
         return blank_line_stop

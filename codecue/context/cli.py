@@ -16,6 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--character", type=int, required=True, help="0-based UTF-16 column, as in LSP")
     parser.add_argument("--language", help="grammar or LSP language id (default: from the file extension)")
     parser.add_argument("--profile", type=Path, help="K profile to read (default: the user's, else the shipped one)")
+    parser.add_argument("--runtime", help="price drafts with this runtime's costs from the profile (e.g. llamacpp, "
+                        "torch+llamacpp; default: the runtime the profile was tuned on)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -34,17 +36,20 @@ def run(args: argparse.Namespace) -> int:
         context = analyze(text, language, args.line, args.character)
     except ValueError as exc:
         raise CodeCueError(f"{args.file}: {exc}") from None
-    policy = KPolicy.load(str(args.profile) if args.profile else None)
+    policy = KPolicy.load(str(args.profile) if args.profile else None, runtime=args.runtime)
     assert policy.profile is not None
     for warning in policy.profile.warnings:
         print(f"codecue: warning: {warning}", file=sys.stderr)
-    k = policy.k_for(context.language, context.context_class)
+    k = policy.current_k(context.language, context.context_class)
+    runtime = args.runtime or policy.profile.runtime
     if args.json:
-        print(json.dumps({**context.to_dict(), "k": k, "profile": policy.profile.source}, indent=2))
+        print(json.dumps({**context.to_dict(), "k": k, "profile": policy.profile.source, "runtime": runtime},
+                         indent=2))
         return 0
     print(f"{args.file}:{args.line}:{args.character} ({context.grammar})")
     print(f"  context class  {context.context_class}")
-    print(f"  K              {k}{' (speculation off)' if k == 0 else ''}")
+    print(f"  K              {k}{' (speculation off)' if k == 0 else ''}"
+          + (f" on {runtime}" if runtime else ""))
     print(f"  scope          {context.scope}")
     print(f"  enclosing node {context.enclosing_node_type}")
     print(f"  indentation    {context.indentation!r}")

@@ -168,6 +168,20 @@ class ContextHooks:
                 log.warning("K policy: could not switch to runtime %s: %s", runtime, exc)
 
     @classmethod
+    def save_learned(cls) -> bool:
+        """Keep what the policy learned (per-class acceptance, K) in the user's profile, so the next
+        server starts from it. Atomic; a failure is logged, never raised. True when a profile was written."""
+        policy = cls._policy
+        if policy is None or not getattr(policy, "unsaved_rounds", 0):
+            return False
+        try:
+            policy.save()
+        except Exception as exc:  # noqa: BLE001 - losing the learned profile must not take the server down
+            log.warning("could not save the learned K profile: %s", exc)
+            return False
+        return True
+
+    @classmethod
     def policy(cls) -> Any:
         """The K policy shared by all sessions of this process (it learns across them)."""
         if KPolicy is None or cls._policy_failed:

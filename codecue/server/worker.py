@@ -215,6 +215,9 @@ class ModelWorker:
         gc.collect()
         self.unloads += 1
         log.info("models unloaded")
+        from codecue.server.context_hooks import ContextHooks
+
+        ContextHooks.save_learned()  # on idle unload and at shutdown: keep what the K policy learned
 
     def _next_job(self) -> GenerationJob | None:
         with self._cond:

@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-tokens", type=int, default=None,
                         help="FIM prompt budget while measuring (default: the completer's; smaller is faster)")
     parser.add_argument("--min-rounds", type=int, default=20, help="rounds needed before a class's K is tuned")
+    parser.add_argument("--pool-weight", type=float, default=20.0,
+                        help="shrink each (language, class) acceptance toward the class's rate over all "
+                             "languages, counting the prior as this many tested tokens (0: no pooling)")
     parser.add_argument("--seed", type=int, default=0, help="seed for choosing cursor positions")
     parser.add_argument("--measurements", type=Path, help="also write the raw measurements (JSON) here")
     parser.add_argument("--from-measurements", type=Path, help="build the profile from saved measurements")
@@ -205,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         default_k=lambda language, context_class: get_grammar(language).default_k(context_class),
         base=default_profile(),
         models=models,
+        pool_weight=args.pool_weight,
     )
     if profile.runtime:
         profile.runtime_costs[profile.runtime] = costs

@@ -180,6 +180,7 @@ class KPolicy:
             self.profile = Profile()
         self._states: dict[tuple[str, str], _ClassState] = {}
         self._lock = threading.Lock()
+        self._unsaved_rounds = 0  # rounds observed since the last save
 
     @property
     def costs(self) -> CostModel:
@@ -272,6 +273,7 @@ class KPolicy:
             state.accepted = state.accepted * decay + accepted
             state.tested = state.tested * decay + tested
             state.rounds += 1
+            self._unsaved_rounds += 1
             if state.rounds >= self.settings.min_rounds:
                 state.k = self._model_k(state)
 
@@ -321,7 +323,17 @@ class KPolicy:
         settings = settings or PolicySettings(k_max=profile.k_max)
         return cls(profile=profile, settings=settings, runtime=runtime)
 
+    @property
+    def unsaved_rounds(self) -> int:
+        """Rounds observed since the last :meth:`save` (0: nothing new to keep)."""
+        return self._unsaved_rounds
+
     def save(self, path: str | None = None) -> None:
+        """Write the adapted profile (atomically) to ``path``, by default the user's profile."""
         from codecue.tuning.profile import save_profile, user_profile_path
 
-        save_profile(self.snapshot(), path if path is not None else user_profile_path())
+        snapshot = self.snapshot()
+        if "learned" not in snapshot.source:
+            snapshot.source += " + learned by the server"
+        save_profile(snapshot, path if path is not None else user_profile_path())
+        self._unsaved_rounds = 0

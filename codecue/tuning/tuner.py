@@ -68,6 +68,37 @@ class Tally:
 Tallies = dict[tuple[str, str], Tally]
 
 
+def pooled_acceptance(
+    tallies: Tallies, weight: float, also: Iterable[tuple[str, str]] = ()
+) -> dict[tuple[str, str], tuple[float, int]]:
+    """Per (language, class): acceptance shrunk toward the class's rate over all languages, which is
+    itself shrunk toward the overall rate — ``(accepted + w * prior) / (tested + w)`` at both levels — and
+    the rounds behind the class's rate. A class seen in a few rounds in one language borrows strength
+    from the same class elsewhere instead of falling back to a guess; with plenty of its own rounds its
+    own rate dominates. ``weight`` is how many tested tokens the prior counts as. Keys in ``also``
+    (classes not seen in a language) get their class's rate, where the class was seen elsewhere."""
+    total = Tally()
+    by_class: dict[str, Tally] = {}
+    for (_, context_class), tally in tallies.items():
+        total.merge(tally)
+        by_class.setdefault(context_class, Tally()).merge(tally)
+    overall = total.acceptance if total.acceptance is not None else 0.5
+    class_rate = {
+        context_class: ((t.accepted + weight * overall) / (t.tested + weight) if t.tested + weight > 0 else overall)
+        for context_class, t in by_class.items()
+    }
+    out = {}
+    for (language, context_class), tally in tallies.items():
+        prior = class_rate[context_class]
+        denominator = tally.tested + weight
+        alpha = (tally.accepted + weight * prior) / denominator if denominator > 0 else prior
+        out[(language, context_class)] = (alpha, by_class[context_class].rounds)
+    for key in also:
+        if key not in out and key[1] in class_rate:
+            out[key] = (class_rate[key[1]], by_class[key[1]].rounds)
+    return out
+
+
 def build_profile(
     tallies: Tallies,
     costs: CostModel,
@@ -78,11 +109,14 @@ def build_profile(
     base: Profile | None = None,
     source: str = "codecue tune",
     models: dict[str, str] | None = None,
+    pool_weight: float = 0.0,
 ) -> Profile:
     """A profile from measured tallies: per class, the K that maximises expected tokens per unit cost.
 
     Classes with fewer than ``min_rounds`` rounds keep ``base``'s entry (or ``default_k``, else none) but
-    record what was seen. ``base`` entries for classes not measured are kept as they are.
+    record what was seen. ``base`` entries for classes not measured are kept as they are. With
+    ``pool_weight`` > 0, acceptance is :func:`pooled_acceptance` and the rounds that count are the
+    class's over all languages.
     """
     profile = base.copy() if base is not None else Profile()
     profile.warnings = []
@@ -95,11 +129,20 @@ def build_profile(
     for classes in profile.languages.values():  # kept entries must fit the new k_max
         for entry in classes.values():
             entry.k = min(entry.k, k_max)
+    pooled: dict[tuple[str, str], tuple[float, int]] = {}
+    if pool_weight > 0:
+        measured_languages = {language for language, _ in tallies}
+        unseen = [(language, context_class) for language in measured_languages
+                  for context_class in profile.languages.get(language, {}) if (language, context_class) not in tallies]
+        pooled = pooled_acceptance(tallies, pool_weight, unseen)
+        tallies = {**{key: Tally() for key in unseen if key in pooled}, **tallies}
     for (language, context_class), tally in sorted(tallies.items()):
-        alpha = tally.acceptance
+        alpha, evidence = tally.acceptance, tally.rounds
+        if pooled:
+            alpha, evidence = pooled[(language, context_class)]
         if alpha is None:
             continue
-        if tally.rounds >= min_rounds:
+        if evidence >= min_rounds:
             k, speedup = best_k(alpha, costs, k_max)
         else:
             previous = profile.entry(language, context_class)

@@ -7,10 +7,12 @@ import * as vscode from 'vscode';
 import { LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind } from 'vscode-languageclient/node';
 import { PARTIAL_COMPLETION, STATS, StatsResult } from './protocol';
 import { InlineCompletionController } from './provider';
+import { Refresher } from './refresh';
 import { Settings, documentSelector, initializationOptions, needsRestart, readSettings } from './settings';
 import { statsLines, statusText } from './stats';
 
 const TRIGGER_INLINE_SUGGEST = 'editor.action.inlineSuggest.trigger';
+const HIDE_INLINE_SUGGEST = 'editor.action.inlineSuggest.hide';
 
 let client: LanguageClient | undefined;
 let settings: Settings;
@@ -161,8 +163,13 @@ async function showStats(): Promise<void> {
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   output = vscode.window.createOutputChannel('CodeCue', { log: true });
   settings = loadSettings();
+  const refresher = new Refresher(async () => {
+    // A visible suggestion is not re-queried by the trigger alone (see refresh.ts).
+    await vscode.commands.executeCommand(HIDE_INLINE_SUGGEST);
+    await vscode.commands.executeCommand(TRIGGER_INLINE_SUGGEST);
+  }, (message) => output.appendLine(message));
   controller = new InlineCompletionController({
-    trigger: () => void vscode.commands.executeCommand(TRIGGER_INLINE_SUGGEST),
+    trigger: () => refresher.request(),
     debounceMs: settings.debounceMs,
     onAnswer: scheduleStatsRefresh,
     log: (message) => output.appendLine(message),
