@@ -292,3 +292,31 @@ def test_fim_prefix_start_does_not_move_while_typing(tiny_tokenizer):
         again = trim_prefix(tiny_tokenizer, body + typed, 300, 32)
         assert again.startswith(first[:-1]) and len(tiny_tokenizer.encode(again)) <= 300
     assert first.startswith("value_") and body.index(first[:40]) > 0
+
+
+def test_prompt_states_do_not_depend_on_the_first_draft(tiny_dirs):
+    """The engine prefills the committed context on its own before each round, so the prompt is evaluated
+    by the same calls for target-only decoding and for speculation at any K (feeding prompt and draft
+    together would make the prompt's chunking, and its rounding, depend on the draft's length)."""
+    from codecue.backends.base import CachedSequence
+    from codecue.backends.torch_backend import TorchBackend
+
+    calls: list[int] = []
+    backend = TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32")
+    original = backend.forward
+
+    def recording_forward(token_ids, n_logits=None):
+        calls.append(len(token_ids))
+        return original(token_ids, n_logits)
+
+    backend.forward = recording_forward
+    seq = CachedSequence(backend, prefill_chunk=8)
+    prompt = list(range(10, 30))
+    seq.prefill(prompt[:-1])
+    assert calls == [8, 8, 3] and seq.tokens == prompt[:-1]
+    seq.prefill(prompt[:-1])  # cached: nothing fed
+    assert calls == [8, 8, 3]
+    logits = seq.sync(prompt + [5, 6, 7], n_logits=4)  # [last] + a 3-token draft, in one call
+    assert calls == [8, 8, 3, 4] and logits.shape[0] == 4
+    seq.prefill(prompt[:5])  # a shorter context: rolled back, nothing fed
+    assert calls == [8, 8, 3, 4] and seq.tokens == prompt[:5] and backend.length == 5

@@ -120,6 +120,7 @@ def generate(
         k = max(0, min(k, remaining - 1)) if proposer is not None else 0
         draft = proposer.propose(context, k) if k > 0 else Draft()
         draft_tokens = torch.tensor(draft.tokens, dtype=torch.long)
+        target.prefill(context[:-1])  # a no-op after the first round; see CachedSequence.prefill
         logits = target.sync(context + draft.tokens, n_logits=len(draft.tokens) + 1)
         if stats.rounds == 0:
             stats.prefilled_tokens = target.fed_tokens - fed_before - len(draft.tokens)
