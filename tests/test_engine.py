@@ -44,8 +44,9 @@ def test_speculative_greedy_equals_target_greedy(make_completer, reference, k, d
     assert s.speculative and s.new_tokens == len(expected)
     assert sum(s.histogram) == s.model_rounds + s.ngram_rounds
     if draft == "target" and mode == "model":
-        # a draft identical to the target is always accepted: K+1 tokens per round
-        assert s.accepted == s.drafted and s.rounds == -(-len(expected) // (k + 1))
+        # a draft identical to the target is always accepted: K+1 tokens per round after the first
+        # (the first token comes from the prompt's own evaluation, without a draft)
+        assert s.accepted == s.drafted and s.rounds == 1 + -(-(len(expected) - 1) // (k + 1))
     if draft == "unrelated" and mode == "model":
         assert s.acceptance_rate < 0.2  # an unrelated random draft is almost always rejected
         assert s.rounds > len(expected) * 0.8
@@ -294,29 +295,37 @@ def test_fim_prefix_start_does_not_move_while_typing(tiny_tokenizer):
     assert first.startswith("value_") and body.index(first[:40]) > 0
 
 
-def test_prompt_states_do_not_depend_on_the_first_draft(tiny_dirs):
-    """The engine prefills the committed context on its own before each round, so the prompt is evaluated
-    by the same calls for target-only decoding and for speculation at any K (feeding prompt and draft
-    together would make the prompt's chunking, and its rounding, depend on the draft's length)."""
+def test_prompt_is_evaluated_alone_whatever_the_draft(tiny_dirs):
+    """The first token comes from the prompt's own evaluation (no draft in round 0), so the prompt is fed
+    by the same calls for target-only decoding and for speculation at any K: feeding prompt and draft
+    together would make the prompt's chunking, and its rounding, depend on the draft's length."""
     from codecue.backends.base import CachedSequence
     from codecue.backends.torch_backend import TorchBackend
+    from codecue.engine.proposers import Draft
+    from codecue.engine.speculative import GenerationParams, generate
 
-    calls: list[int] = []
-    backend = TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32")
-    original = backend.forward
+    class GuessSevens:  # drafts k copies of one token: a proposer that always drafts
+        def propose(self, context, k):
+            return Draft([7] * k)
 
-    def recording_forward(token_ids, n_logits=None):
-        calls.append(len(token_ids))
-        return original(token_ids, n_logits)
+        def update(self, context, n_accepted):
+            pass
 
-    backend.forward = recording_forward
-    seq = CachedSequence(backend, prefill_chunk=8)
-    prompt = list(range(10, 30))
-    seq.prefill(prompt[:-1])
-    assert calls == [8, 8, 3] and seq.tokens == prompt[:-1]
-    seq.prefill(prompt[:-1])  # cached: nothing fed
-    assert calls == [8, 8, 3]
-    logits = seq.sync(prompt + [5, 6, 7], n_logits=4)  # [last] + a 3-token draft, in one call
-    assert calls == [8, 8, 3, 4] and logits.shape[0] == 4
-    seq.prefill(prompt[:5])  # a shorter context: rolled back, nothing fed
-    assert calls == [8, 8, 3, 4] and seq.tokens == prompt[:5] and backend.length == 5
+    prompt = [11, 12, 13, 14, 15, 16, 11, 12, 13, 14, 15, 16, 11, 12, 13, 14, 15, 16, 11, 12]
+    seen: dict[int, list[int]] = {}
+    for k in (0, 2, 5):
+        backend = TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32")
+        calls: list[int] = []
+        original = backend.forward
+
+        def recording_forward(token_ids, n_logits=None, calls=calls, original=original):
+            calls.append(len(token_ids))
+            return original(token_ids, n_logits)
+
+        backend.forward = recording_forward
+        target = CachedSequence(backend, prefill_chunk=8)
+        proposer = GuessSevens() if k else None
+        generate(target, proposer, prompt, GenerationParams(k=k, max_new_tokens=6), decode=lambda ids: "")
+        seen[k] = calls
+    assert seen[0][:3] == seen[2][:3] == seen[5][:3] == [8, 8, 4]  # the prompt, chunked the same way
+    assert max(seen[5][3:]) > 1  # and K=5 did speculate afterwards

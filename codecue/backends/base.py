@@ -96,31 +96,6 @@ class CachedSequence:
             keep = 0
         return self.extend(tokens[keep:], n_logits)
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        """Make the cache hold ``tokens`` (longest common prefix kept, the rest fed in chunks), no logits.
-
-        The engine prefills the committed context except its last token this way before every round, so
-        a prompt's states are computed by the same calls whatever follows it: target-only decoding and
-        speculation at any K then start from bit-identical caches. (Feeding prompt and first draft in one
-        call would make the prompt's chunks, and so its rounding, depend on the draft's length.)
-        """
-        keep = common_prefix_length(self.tokens, tokens)
-        self.truncate(keep)
-        if self.backend.length != keep:
-            self.backend.reset()
-            self.tokens = []
-            keep = 0
-        rest = list(tokens[keep:])
-        for start in range(0, len(rest), self.prefill_chunk):
-            chunk = rest[start : start + self.prefill_chunk]
-            try:
-                self.backend.forward(chunk, 0)
-            except BaseException:
-                self.backend.truncate(len(self.tokens))
-                raise
-            self.tokens.extend(chunk)
-            self.fed_tokens += len(chunk)
-
     def extend(self, new_tokens: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
         """Feed ``new_tokens`` (in chunks for long prefills) and return the last ``n_logits`` rows."""
         new_tokens = list(new_tokens)

@@ -118,9 +118,14 @@ def generate(
         remaining = params.max_new_tokens - len(generated)
         k = params.k if k_for_round is None else k_for_round(stats.rounds, stats)
         k = max(0, min(k, remaining - 1)) if proposer is not None else 0
+        if stats.rounds == 0:
+            # The first token comes from the prompt's own evaluation, never with a draft: the prompt is
+            # then fed by the same calls whether and however deep we speculate (feeding prompt and draft
+            # together would make its chunks, and so its rounding, depend on the draft's length), and the
+            # same way as llama.cpp's own generator feeds it.
+            k = 0
         draft = proposer.propose(context, k) if k > 0 else Draft()
         draft_tokens = torch.tensor(draft.tokens, dtype=torch.long)
-        target.prefill(context[:-1])  # a no-op after the first round; see CachedSequence.prefill
         logits = target.sync(context + draft.tokens, n_logits=len(draft.tokens) + 1)
         if stats.rounds == 0:
             stats.prefilled_tokens = target.fed_tokens - fed_before - len(draft.tokens)
