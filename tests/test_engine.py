@@ -329,3 +329,21 @@ def test_prompt_is_evaluated_alone_whatever_the_draft(tiny_dirs):
         seen[k] = calls
     assert seen[0][:3] == seen[2][:3] == seen[5][:3] == [8, 8, 4]  # the prompt, chunked the same way
     assert max(seen[5][3:]) > 1  # and K=5 did speculate afterwards
+
+
+def test_draft_reads_the_prompt_before_the_first_token(make_completer):
+    """The draft model's prompt prefill belongs to the time to first token, not to the first drafting
+    round (on llama.cpp a 512-token draft prefill takes ~2 s, which would otherwise land in TPOT)."""
+    c = make_completer("target")
+    prompt = c.build_prompt("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "")
+    fed_at_first_text: list[int] = []
+
+    def on_text(text: str) -> None:
+        if not fed_at_first_text:
+            fed_at_first_text.append(c.draft.fed_tokens)
+
+    c.reset_caches()
+    before = c.draft.fed_tokens
+    result = c.generate_ids(prompt, max_tokens=12, k=3, draft_mode="model", on_text=on_text)
+    assert result.stats.new_tokens >= 2 and fed_at_first_text
+    assert fed_at_first_text[0] - before >= len(prompt) - 1

@@ -30,6 +30,9 @@ class Proposer(Protocol):
 
     def update(self, context: Sequence[int], n_accepted: int) -> None: ...
 
+    # Optional: ``prepare(context)`` is called once before the first token, to read the prompt then (part
+    # of the time to first token) rather than in the first drafting round.
+
 
 @dataclass
 class SamplingSettings:
@@ -97,6 +100,12 @@ class DraftModelProposer:
 
     def update(self, context: Sequence[int], n_accepted: int) -> None:
         pass  # the next propose() syncs by common prefix, which is the rollback
+
+    def prepare(self, context: Sequence[int]) -> None:
+        """Read the prompt now (while the target reads it too), so the first draft needs no prefill."""
+        if len(context) > 1:
+            self.seq.sync(context[:-1], 1)
+            self.steps += 1
 
 
 class NgramProposer:
@@ -177,3 +186,6 @@ class HybridProposer:
         if self._last_source == "ngram" and n_accepted == 0:
             self._skip_ngram = self.ngram_backoff
         self.model.update(context, n_accepted)
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self.model.prepare(context)

@@ -124,6 +124,9 @@ def generate(
             # together would make its chunks, and so its rounding, depend on the draft's length), and the
             # same way as llama.cpp's own generator feeds it.
             k = 0
+            prepare = getattr(proposer, "prepare", None)
+            if prepare is not None and params.k > 0:
+                prepare(context)  # the draft reads the prompt now, within the time to first token
         draft = proposer.propose(context, k) if k > 0 else Draft()
         draft_tokens = torch.tensor(draft.tokens, dtype=torch.long)
         logits = target.sync(context + draft.tokens, n_logits=len(draft.tokens) + 1)
