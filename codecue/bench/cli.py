@@ -172,8 +172,7 @@ def run(args: argparse.Namespace) -> int:
     config.draft_mode = "hybrid"  # load the draft; each method picks its own mode
     if args.prompt_tokens < 64:
         raise CodeCueError("--prompt-tokens must be at least 64")
-    config.budget = PromptBudget(total=args.prompt_tokens, suffix=min(128, args.prompt_tokens // 4),
-                                 extra=0)
+    config.budget = PromptBudget.for_benchmark(args.prompt_tokens)
     started = time.perf_counter()
     backends = args.backends or [args.backend]
     records = []

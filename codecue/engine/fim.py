@@ -23,6 +23,12 @@ class PromptBudget:
     extra: int = 256  # other open documents
     anchor_lines: int = 32
 
+    @classmethod
+    def for_benchmark(cls, total: int) -> PromptBudget:
+        """A budget of ``total`` tokens for measuring (bench, tune): a quarter at most, and at most 128, for
+        the suffix; no other documents."""
+        return cls(total=total, suffix=min(128, total // 4), extra=0)
+
 
 def _token_count(tokenizer, text: str) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False)) if text else 0
