@@ -201,6 +201,18 @@ def test_tune_costs_only_adds_a_runtime_and_keeps_acceptance(tiny_dirs, tmp_path
     assert len(profile.runtime_costs["torch"].verify_costs) == 5 and profile.runtime_costs["torch"].draft_cost > 0
     assert profile.entry("python", "identifier") == base.entry("python", "identifier")
     assert profile.runtime == "llamacpp"  # the K values are still llama.cpp's
+    # Re-timing the runtime the K values are for re-chooses them from the recorded acceptance, also for
+    # an entry with few rounds of its own (a pooled one).
+    again = Profile(models={"runtime": "torch"})
+    again.set_entry("python", "identifier", ClassProfile(k=5, acceptance=0.8, samples=2))
+    save_profile(again, output)
+    assert main(["tune", "--costs-only", "--target", str(tiny_dirs["target"]), "--draft", str(tiny_dirs["target"]),
+                 "--backend", "torch", "--dtype", "float32", "--k-max", "4", "--languages", "python",
+                 "--output", str(output)]) == 0
+    retimed = load_profile(output)
+    entry = retimed.entry("python", "identifier")
+    assert entry is not None and retimed.costs == retimed.runtime_costs["torch"]
+    assert entry.k == best_k(0.8, retimed.costs, retimed.k_max)[0]
 
 
 def test_pooling_borrows_strength_across_languages() -> None:

@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
 
             if args.prompt_tokens < 64:
                 raise CodeCueError("--prompt-tokens must be at least 64")
-            config.budget = PromptBudget(total=args.prompt_tokens, suffix=min(128, args.prompt_tokens // 4), extra=0)
+            config.budget = PromptBudget.for_benchmark(args.prompt_tokens)
         completer = Completer.load(config)
         if completer.draft is None:
             raise CodeCueError("tuning needs a draft model", "do not use --draft-mode ngram/none")
@@ -245,13 +245,16 @@ def _run_costs_only(args: argparse.Namespace) -> int:
     costs = measure_costs(completer, files[0][0].read_text(encoding="utf-8", errors="replace"), k_max=args.k_max)
     profile.runtime_costs[completer.runtime] = costs
     if completer.runtime == profile.runtime:
-        # The runtime the K values are for: re-time it (e.g. on a quieter machine) and re-choose them.
+        # The runtime the K values are for: re-time it (e.g. on a quieter machine) and re-choose them,
+        # by the rule the policy applies on any other runtime: K from each entry's recorded acceptance.
+        # (Gating on an entry's own rounds would skip the pooled entries, whose acceptance is what their
+        # K was chosen from, and leave them priced with the old costs.)
         from codecue.tuning.policy import best_k
 
         profile.costs = costs
         for classes in profile.languages.values():
             for entry in classes.values():
-                if entry.acceptance is not None and entry.samples >= args.min_rounds:
+                if entry.acceptance is not None:
                     entry.k, entry.speedup = best_k(entry.acceptance, costs, profile.k_max)
     line = (f"{completer.runtime}: draft step {costs.draft_cost:.3f}, verify K=1 {costs.verify_cost(1):.3f}, "
             f"K=4 {costs.verify_cost(4):.3f}, K=8 {costs.verify_cost(8):.3f} (target step = 1)")
