@@ -212,4 +212,12 @@ def test_runtime_costs_rederive_k_from_acceptance() -> None:
     assert unknown.k_for("python", "call_arguments") == 7 and unknown.costs is unknown.profile.costs
     same.set_runtime("llamacpp")
     assert same.k_for("python", "call_arguments") == 0
-    assert same.snapshot().models["runtime"] == "llamacpp"
+    # What the server saves while on llama.cpp keeps the profile's K values as torch+llamacpp's (the
+    # profile's runtime) and records only the acceptance learned there.
+    for _ in range(10):
+        same.observe("python", "call_arguments", 4, 1)
+    saved = same.snapshot()
+    assert saved.runtime == "torch+llamacpp"
+    entry = saved.entry("python", "call_arguments")
+    assert entry is not None and entry.k == 7 and entry.samples == 110
+    assert entry.acceptance is not None and entry.acceptance < 0.9  # pulled down by the observed rounds

@@ -300,16 +300,22 @@ class KPolicy:
         assert self.profile is not None
         with self._lock:
             profile = self.profile.copy()
-            if self.runtime is not None:
-                profile.models["runtime"] = self.runtime  # the K values below are this runtime's
+            # The K values in a profile belong to one runtime. When this one is another (whose K the
+            # policy derives from acceptance), keep them as they are and record only what was learned
+            # about acceptance; relabelling the file would pass the other entries' K off as this one's.
+            own_k = self.runtime is None or profile.runtime in (None, self.runtime)
+            if self.runtime is not None and own_k:
+                profile.models["runtime"] = self.runtime
             for (language, context_class), state in self._states.items():
                 if state.rounds == 0:
                     continue
                 alpha = state.accepted / state.tested if state.tested > 0 else None
-                speedup = expected_speedup(alpha, state.k, self.costs) if alpha is not None else None
                 previous = profile.entry(language, context_class)
+                k = state.k if own_k or previous is None else previous.k
+                costs = self.costs if own_k else profile.costs
+                speedup = expected_speedup(alpha, k, costs) if alpha is not None else None
                 samples = (previous.samples if previous else 0) + state.rounds
-                profile.set_entry(language, context_class, ClassProfile(state.k, alpha, samples, speedup))
+                profile.set_entry(language, context_class, ClassProfile(k, alpha, samples, speedup))
             return profile
 
     # -- persistence -------------------------------------------------------------------------------
