@@ -148,7 +148,12 @@ async function startCodeServer(port) {
   codeServer = spawn(
     nodeBin,
     codeServerArgs(['--auth', 'none', '--bind-addr', `127.0.0.1:${port}`, '--ignore-last-opened', workspace]),
-    { stdio: ['ignore', out, out], detached: true, env: { ...env, CODECUE_E2E: '1' } },
+    // The CodeCue server saves what its K policy learned into the user's profile: keep the test's own.
+    {
+      stdio: ['ignore', out, out],
+      detached: true,
+      env: { ...env, CODECUE_E2E: '1', CODECUE_CONFIG_DIR: env.CODECUE_CONFIG_DIR || path.join(tmp, 'codecue-config') },
+    },
   );
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
