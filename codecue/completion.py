@@ -26,6 +26,7 @@ from codecue.engine.proposers import (
     Proposer,
     SamplingSettings,
 )
+from codecue.engine.rounds import RoundRecord
 from codecue.engine.speculative import GenerationParams, GenerationResult, GenerationStats, generate
 from codecue.errors import CodeCueError, ModelError
 from codecue.options import DRAFT_MODES
@@ -221,7 +222,7 @@ class Completer:
         on_text: Callable[[str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
         k_for_round: Callable[[int, GenerationStats], int] | None = None,
-        on_round: Callable[[int, int], None] | None = None,
+        on_round: Callable[[RoundRecord], None] | None = None,
         extra_tokens: Sequence[Sequence[int]] = (),
     ) -> GenerationResult:
         k = self.config.k if k is None else k

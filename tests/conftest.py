@@ -13,6 +13,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The server saves what its K policy learned into the user's profile; tests (and the servers they start,
 # which inherit this) write into a throwaway config directory instead.
 os.environ["CODECUE_CONFIG_DIR"] = tempfile.mkdtemp(prefix="codecue-test-config-")
+# Belt and braces: a child started with an env that drops CODECUE_CONFIG_DIR would fall back to
+# platformdirs' user config dir, which on Linux honours XDG_CONFIG_HOME; point that at a throwaway dir too.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="codecue-test-xdg-config-")
 
 
 @pytest.fixture(scope="session")

@@ -634,8 +634,10 @@ async def test_tcp_needs_the_token_and_serves(model_dir, tmp_path):
 @pytest.mark.slow
 async def test_real_models_over_stdio(real_models, tmp_path):
     """The default pair through the daemon, as editors run it: a sensible Python completion, streamed."""
+    # Keep server_env's throwaway CODECUE_CONFIG_DIR: the daemon saves what its K policy learned into
+    # <config dir>/profile.toml when it stops, and without it that landed in the user's real ~/.config/codecue.
+    # Models resolve to the registry's default pair, as in the real_models fixture.
     env = server_env(tmp_path)
-    env.pop("CODECUE_CONFIG_DIR")  # the real models' configuration, if any, applies
     client = await RawClient.start([sys.executable, "-m", "codecue.cli", "serve", "--stdio"], env)
     try:
         await client.initialize({"maxTokens": 24})

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from codecue.engine.rounds import RoundJoiner, RoundRecord
 from codecue.tuning import (
     ClassProfile,
     CostModel,
@@ -16,6 +17,7 @@ from codecue.tuning import (
     expected_speedup,
     expected_tokens,
 )
+from codecue.tuning.policy import best_k_replay
 
 
 def brute_force_expected_tokens(alpha: float, k: int) -> float:
@@ -116,16 +118,37 @@ def _rounds(policy: KPolicy, language: str, context_class: str, alpha: float, k:
         policy.observe(language, context_class, k, accepted)
 
 
+def _completions(policy: KPolicy, language: str, context_class: str, alpha: float, n: int, seed: int,
+                 rounds: int = 5) -> list[int]:
+    """``n`` completions as the server runs them: K from the policy, each round's outcome reported through
+    a RoundJoiner; the K of every completion is returned."""
+    rng = random.Random(seed)
+    ks = []
+    for _ in range(n):
+        k = policy.k_for(language, context_class)
+        ks.append(k)
+        joiner = RoundJoiner(lambda r: policy.observe_round(language, context_class, r))
+        for _ in range(rounds if k else 0):
+            accepted = 0
+            while accepted < k and rng.random() < alpha:
+                accepted += 1
+            joiner(RoundRecord(k, accepted, k))
+        joiner.close()
+    return ks
+
+
 def test_policy_adapts_to_observed_acceptance() -> None:
     costs = CostModel(draft_cost=0.15, verify_per_token=0.03)
     policy = KPolicy(profile=Profile(costs=costs), settings=PolicySettings(k_max=12, min_rounds=8))
     assert policy.k_for("python", "identifier") == 6  # the default, before any observation
-    _rounds(policy, "python", "identifier", 0.92, 6, 400, seed=1)
+    _completions(policy, "python", "identifier", 0.92, 100, seed=1)
     alpha = policy.acceptance("python", "identifier")
     assert alpha == pytest.approx(0.92, abs=0.04)
+    # Rounds that used their whole cap were joined with the next: they show deeper drafting would pay.
     high = policy.k_for("python", "identifier")
-    assert high == best_k(alpha, costs, 12)[0] and high > 6
-    _rounds(policy, "python", "identifier", 0.5, high, 1500, seed=2)
+    assert high > 6
+    assert policy.expected_speedup("python", "identifier") > expected_speedup(0.5, 6, costs)
+    _completions(policy, "python", "identifier", 0.5, 300, seed=2)
     assert policy.acceptance("python", "identifier") == pytest.approx(0.5, abs=0.06)  # old rounds forgotten
     assert 0 < policy.k_for("python", "identifier") < high
     # Classes and languages are tracked separately.
@@ -149,6 +172,34 @@ def test_policy_switches_off_and_reprobes() -> None:
     assert policy.k_for("python", "comment") > 0
 
 
+def test_policy_probes_deeper_now_and_then() -> None:
+    """A shallow class drafts at k_max once in ``probe_every`` requests, so deeper caps stay measurable."""
+    policy = KPolicy(settings=PolicySettings(k_max=12, probe_every=5))
+    answers = [policy.k_for("python", "comment") for _ in range(10)]  # default K 2 (grammar settings)
+    assert answers == [2, 2, 2, 2, 12, 2, 2, 2, 2, 12]
+    assert policy.current_k("python", "comment") == 2
+
+
+def test_profile_rounds_are_a_prior() -> None:
+    """The profile's recorded rounds count like ``prior_rounds`` observed ones: a few new rounds do not
+    overturn them, many do."""
+    costs = CostModel(draft_cost=0.2, verify_per_token=0.05)
+    profile = Profile(costs=costs)
+    profile.set_entry("go", "comment", ClassProfile(k=0, acceptance=0.05, samples=40,
+                                                    rounds={RoundRecord(1, 0, 12): 30, RoundRecord(2, 0, 12): 10}))
+    policy = KPolicy(profile=profile, settings=PolicySettings(min_rounds=1, prior_rounds=20))
+    assert policy.k_for("go", "comment") == 0
+    for _ in range(2):
+        policy.observe("go", "comment", 4, 4, 12)  # the draft stopped by itself after 4 good tokens
+    assert policy.current_k("go", "comment") == 0
+    for _ in range(100):
+        policy.observe("go", "comment", 4, 4, 12)
+    assert policy.current_k("go", "comment") == 4
+    saved = policy.snapshot().entry("go", "comment")
+    assert saved is not None and saved.k == 4 and saved.rounds[RoundRecord(4, 4, 12)] == 102
+    assert sum(saved.rounds.values()) <= policy.settings.recent_rounds  # the old ones scaled to make room
+
+
 def test_profile_acceptance_is_a_prior() -> None:
     costs = CostModel(draft_cost=0.2, verify_per_token=0.0)
     profile = Profile(costs=costs)
@@ -160,7 +211,9 @@ def test_profile_acceptance_is_a_prior() -> None:
         policy.observe("go", "docstring", 4, 4)
     alpha = policy.acceptance("go", "docstring")
     assert 0.1 < alpha < 1.0
-    assert policy.k_for("go", "docstring") == best_k(alpha, costs, policy.settings.k_max)[0]
+    # K now comes from replaying the rounds seen (the profile recorded none).
+    rounds = {RoundRecord(4, 4, 4): 5}
+    assert policy.k_for("go", "docstring") == best_k_replay(rounds, costs, policy.settings.k_max)[0] == 4
 
 
 def test_observe_validates_its_input() -> None:

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from codecue.context import analyze
+from codecue.engine.rounds import RoundRecord
 from codecue.tuning import ClassProfile, CostModel, Profile, best_k, load_profile
 from codecue.tuning.cli import DEFAULT_CORPUS, corpus_files
+from codecue.tuning.policy import best_k_replay
 from codecue.tuning.tuner import (
     Tally,
     build_profile,
@@ -65,8 +67,10 @@ def test_build_profile_chooses_k_per_class() -> None:
     )
     identifier = profile.entry("python", "identifier")
     assert identifier is not None
-    assert identifier.k == best_k(predictable.acceptance, costs, 12)[0] >= 6
+    # K from replaying the recorded rounds (no pooling here: the class's own), and they are kept.
+    assert identifier.k == best_k_replay(predictable.records, costs, 12)[0] >= 6
     assert identifier.samples == 500 and identifier.speedup > 1.5
+    assert identifier.rounds == dict(predictable.records) and sum(identifier.rounds.values()) == 500
     comment = profile.entry("python", "comment")
     assert comment is not None and comment.k == 0  # speculation off: no K beats target-only decoding
     scarce_entry = profile.entry("rust", "import")
@@ -75,6 +79,33 @@ def test_build_profile_chooses_k_per_class() -> None:
     assert profile.entry("go", "string") == ClassProfile(3)  # not measured: kept from the base
     assert profile.costs == costs and profile.models == {"target": "t", "draft": "d"}
     assert profile.source == "codecue tune" and profile.created
+
+
+def test_build_profile_without_recorded_rounds_uses_the_geometric_model() -> None:
+    """Measurements saved before rounds were recorded carry counts only: K from acceptance."""
+    costs = CostModel(draft_cost=0.2, verify_per_token=0.03)
+    counts_only = Tally(rounds=500, drafted=4000, accepted=3400, rejections=300)
+    profile = build_profile({("python", "identifier"): counts_only}, costs, min_rounds=20)
+    entry = profile.entry("python", "identifier")
+    assert entry is not None and entry.rounds == {}
+    assert entry.k == best_k(counts_only.acceptance, costs, 12)[0] > 0
+
+
+def test_bursty_acceptance_is_priced_by_replay() -> None:
+    """The same per-token acceptance, bursty instead of independent: runs accepted whole where the draft
+    is sure, an early stop after one token where it is not. Replaying the rounds finds that deep drafting
+    pays; the geometric model, which only sees the rate, picks a shallow K."""
+    costs = CostModel(draft_cost=0.14, verify_costs=(1.0, 1.05, 1.1, 1.12, 1.15, 1.3, 1.32, 1.45, 1.6, 1.6, 1.7,
+                                                    1.7, 1.71))
+    tally = Tally()
+    for _ in range(30):
+        tally.add(RoundRecord(12, 12, 12))
+        tally.add(RoundRecord(1, 0, 12))
+        tally.add(RoundRecord(2, 1, 12))
+    geometric_k = best_k(tally.acceptance, costs, 12)[0]
+    profile = build_profile({("go", "block_start"): tally}, costs, min_rounds=20)
+    entry = profile.entry("go", "block_start")
+    assert entry is not None and entry.k == 12 > geometric_k
 
 
 def test_costs_from_timings() -> None:
@@ -164,12 +195,23 @@ def test_tune_cli_end_to_end_on_tiny_models(tiny_dirs, tmp_path: Path, monkeypat
     assert len(profile.costs.verify_costs) == 5
     data = json.loads(measurements.read_text())
     assert {row["language"] for row in data["tallies"]} == {"python"}
+    records = [RoundRecord.from_key(key) for row in data["tallies"] for key in row["records"]]
+    assert records and all(r.accepted == r.drafted for r in records)  # the draft is the target
+    assert sum(e.rounds and sum(e.rounds.values()) or 0 for e in measured) == sum(row["rounds"] for row in data["tallies"])
     # The analysis half alone: the same profile from the saved measurements, no models loaded.
     again = tmp_path / "again.toml"
     assert main(["tune", "--from-measurements", str(measurements), "--min-rounds", "1", "--k-max", "4",
                  "--output", str(again)]) == 0
     rebuilt = load_profile(again)
     assert rebuilt.languages["python"] == profile.languages["python"]
+    # Several runs' measurements add up.
+    twice = tmp_path / "twice.toml"
+    assert main(["tune", "--from-measurements", str(measurements), str(measurements), "--min-rounds", "1",
+                 "--k-max", "4", "--output", str(twice)]) == 0
+    doubled = load_profile(twice).languages["python"]
+    for context_class, entry in profile.languages["python"].items():
+        assert doubled[context_class].samples == 2 * entry.samples
+        assert doubled[context_class].rounds == {r: 2 * n for r, n in entry.rounds.items()}
 
 
 def test_tune_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,6 +18,7 @@ import torch
 from codecue.backends.base import CachedSequence
 from codecue.engine.acceptance import greedy_accept, logits_to_probs, one_hot_q, rejection_sample
 from codecue.engine.proposers import Draft, Proposer
+from codecue.engine.rounds import RoundRecord
 from codecue.engine.streaming import TextStream
 
 StopPredicate = Callable[[str], "int | None"]
@@ -85,14 +86,14 @@ def generate(
     stop_predicate: StopPredicate | None = None,
     cancelled: Callable[[], bool] | None = None,
     k_for_round: Callable[[int, GenerationStats], int] | None = None,
-    on_round: Callable[[int, int], None] | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> GenerationResult:
     """Generate up to ``params.max_new_tokens`` tokens after ``prompt``.
 
     ``on_text(text_so_far)`` is called as verified text becomes stable; every call's text is a prefix of
     the final text. ``stop_predicate(text) -> cut index | None`` ends generation (the LSP layer uses it for
-    syntax-aware stops). ``cancelled()`` is checked between rounds. ``on_round(drafted, accepted)`` reports
-    each round to an online K policy.
+    syntax-aware stops). ``cancelled()`` is checked between rounds. ``on_round(record)`` reports each
+    drafted round (:class:`RoundRecord`) to an online K policy or a tuner.
     """
     if not prompt:
         raise ValueError("the prompt is empty")
@@ -156,7 +157,7 @@ def generate(
         if proposer is not None:
             proposer.update(context, n_accepted)
         if on_round is not None and draft.tokens:
-            on_round(len(draft.tokens), n_accepted)
+            on_round(RoundRecord(len(draft.tokens), n_accepted, k, draft.source))
 
         hit_eos = False
         for token in [*draft.tokens[:n_accepted], next_token][:remaining]:

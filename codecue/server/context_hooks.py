@@ -204,12 +204,14 @@ class ContextHooks:
         return int(k) if isinstance(k, int) and k >= 0 else None
 
     def observer(self, info: CursorInfo) -> Any:
-        """An ``on_round(drafted, accepted)`` callback feeding the policy, or None."""
+        """An ``on_round(record)`` callback feeding the policy each round's RoundRecord, or None."""
         policy = self.policy()
         if policy is None or info.context_class is None:
             return None
 
-        def on_round(drafted: int, accepted: int) -> None:
-            self._call("observe", policy.observe, info.language, info.context_class, drafted, accepted)
+        from codecue.engine.rounds import RoundJoiner
 
-        return on_round
+        def observe(record: Any) -> None:
+            self._call("observe_round", policy.observe_round, info.language, info.context_class, record)
+
+        return RoundJoiner(observe)  # the worker closes it when the completion ends

@@ -23,6 +23,7 @@ from codecue.server.prompt import stable_prefix
 
 if TYPE_CHECKING:
     from codecue.completion import Completer
+    from codecue.engine.rounds import RoundRecord
     from codecue.engine.speculative import GenerationResult
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class GenerationJob:
     k: int | None = None
     stop_predicate: Callable[[str], int | None] | None = None
     k_for_round: Callable[[int, Any], int] | None = None
-    on_round: Callable[[int, int], None] | None = None
+    on_round: Callable[[RoundRecord], None] | None = None
     on_text: Callable[[str], None] | None = None
     label: str = ""  # for logs
     future: Future[GenerationResult | None] = field(default_factory=Future)
@@ -285,6 +286,9 @@ class ModelWorker:
                 if not job.future.done():
                     job.future.set_exception(exc)
             finally:
+                close_rounds = getattr(job.on_round, "close", None)  # a RoundJoiner holds the last run open
+                if close_rounds is not None:
+                    close_rounds()
                 with self._cond:
                     self._running = None
                     self.last_activity = time.monotonic()

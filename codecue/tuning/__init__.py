@@ -1,7 +1,8 @@
 """The draft-depth (K) policy: per (language, context class), from a tuned profile and online acceptance.
 
 ``KPolicy.k_for(language, context_class)`` answers the K for a request (0 = speculation off) and
-``KPolicy.observe(...)`` takes each verification round's outcome. Profiles are TOML
+``KPolicy.observe_round(...)`` takes each verification round's outcome (a ``RoundRecord``); K is chosen by
+replaying recorded rounds under each cap (``best_k_replay``). Profiles are TOML
 (:mod:`codecue.tuning.profile`); ``codecue tune`` (:mod:`codecue.tuning.cli`) measures and writes them.
 """
 
@@ -11,8 +12,10 @@ from codecue.tuning.policy import (
     KPolicy,
     PolicySettings,
     best_k,
+    best_k_replay,
     expected_speedup,
     expected_tokens,
+    replay_speedup,
 )
 from codecue.tuning.profile import (
     ClassProfile,
@@ -32,11 +35,13 @@ __all__ = [
     "PolicySettings",
     "Profile",
     "best_k",
+    "best_k_replay",
     "default_profile",
     "dumps_profile",
     "expected_speedup",
     "expected_tokens",
     "load_profile",
+    "replay_speedup",
     "save_profile",
     "user_profile_path",
 ]

@@ -1,8 +1,8 @@
 """``codecue tune [--languages ...] [--corpus DIR]``: measure acceptance per language and context class
 with the real model pair, and the cost ratios on this machine; write the K profile (TOML, atomically).
 
-``--from-measurements FILE`` rebuilds the profile from a previous run's measurements (``--measurements``
-writes them) without loading models.
+``--from-measurements FILE...`` rebuilds the profile from previous runs' measurements (``--measurements``
+writes them; several runs, e.g. with other ``--seed`` values, add up) without loading models.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from codecue.errors import CodeCueError
+from codecue.tuning.policy import DEFAULT_K_MAX
 
 DEFAULT_CORPUS = Path(__file__).parent.parent / "bench" / "corpus" / "tuning"  # never the held-out set
 
@@ -30,24 +31,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, help="profile to write (default: the user's profile.toml)")
     parser.add_argument("--per-class", type=int, default=6, help="cursor positions per context class and file")
     parser.add_argument("--max-tokens", type=int, default=48, help="tokens per completion while measuring")
-    parser.add_argument("--k-max", type=int, default=12, help="the largest K the profile may choose")
+    parser.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="the largest K the profile may choose")
     parser.add_argument("--prompt-tokens", type=int, default=None,
                         help="FIM prompt budget while measuring (default: the completer's; smaller is faster)")
     parser.add_argument("--min-rounds", type=int, default=20, help="rounds needed before a class's K is tuned")
     parser.add_argument("--pool-weight", type=float, default=20.0,
-                        help="shrink each (language, class) acceptance toward the class's rate over all "
-                             "languages, counting the prior as this many tested tokens (0: no pooling)")
+                        help="pool each (language, class) with the same class in other languages: its rounds "
+                             "count as this many rounds (and its acceptance as this many tested tokens); "
+                             "0: no pooling")
     parser.add_argument("--seed", type=int, default=0, help="seed for choosing cursor positions")
     parser.add_argument("--measurements", type=Path, help="also write the raw measurements (JSON) here")
-    parser.add_argument("--from-measurements", type=Path, help="build the profile from saved measurements")
+    parser.add_argument("--from-measurements", type=Path, nargs="+", metavar="FILE",
+                        help="build the profile from saved measurements; with several files (runs with other "
+                             "--seed values), their rounds add up and the first file's costs are used")
     parser.add_argument("--costs-only", action="store_true",
                         help="only time this runtime's draft step and verification passes and add them to the "
                              "profile as [runtime_costs.RUNTIME]; its K then follows from the measured acceptance")
     parser.add_argument("--dry-run", action="store_true", help="print the profile instead of writing it")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_model_arguments(parser)
-    # Measuring: a deep fixed K shows how far acceptance runs; the draft model alone is what K sizes.
-    parser.set_defaults(k=8, draft_mode="model")
+    # Measuring at the deepest K records how far each run of accepted tokens goes, so that every smaller
+    # cap can be replayed; with the drafting the server uses (n-gram rounds are recorded as free ones).
+    parser.set_defaults(k=DEFAULT_K_MAX)
 
 
 def corpus_files(corpus: Path, languages: list[str] | None) -> list[tuple[Path, str]]:
@@ -87,7 +92,9 @@ def _measurements_to_json(tallies: dict, costs: Any, meta: dict[str, Any]) -> st
                 "verify_costs": list(costs.verify_costs),
             },
             "tallies": [
-                {"language": language, "class": context_class, **vars(tally)}
+                {"language": language, "class": context_class, "rounds": tally.rounds, "drafted": tally.drafted,
+                 "accepted": tally.accepted, "rejections": tally.rejections,
+                 "records": {record.key(): count for record, count in sorted(tally.records.items())}}
                 for (language, context_class), tally in sorted(tallies.items())
             ],
             **meta,
@@ -97,6 +104,7 @@ def _measurements_to_json(tallies: dict, costs: Any, meta: dict[str, Any]) -> st
 
 
 def _measurements_from_json(path: Path) -> tuple[dict, Any, dict[str, str]]:
+    from codecue.engine.rounds import RoundRecord
     from codecue.tuning.policy import CostModel
     from codecue.tuning.tuner import Tally
 
@@ -112,6 +120,8 @@ def _measurements_from_json(path: Path) -> tuple[dict, Any, dict[str, str]]:
             tally = Tally(int(row["rounds"]), int(row["drafted"]), int(row["accepted"]), int(row["rejections"]))
             if not 0 <= tally.accepted <= tally.drafted or tally.rejections > tally.rounds:
                 raise ValueError(f"inconsistent counts for {row['language']}/{row['class']}")
+            for text, count in row.get("records", {}).items():  # older files have none: geometric model
+                tally.records[RoundRecord.from_key(text)] += int(count)
             tallies[(str(row["language"]), str(row["class"]))] = tally
         models = {str(k): str(v) for k, v in data.get("models", {}).items()}
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -153,7 +163,10 @@ def run(args: argparse.Namespace) -> int:
     if args.costs_only:
         return _run_costs_only(args)
     if args.from_measurements is not None:
-        tallies, costs, models = _measurements_from_json(args.from_measurements)
+        tallies, costs, models = _measurements_from_json(args.from_measurements[0])
+        for more in args.from_measurements[1:]:
+            for key, tally in _measurements_from_json(more)[0].items():
+                tallies.setdefault(key, type(tally)()).merge(tally)
         if args.languages:
             keep = {get_grammar(name).language for name in args.languages}
             tallies = {key: tally for key, tally in tallies.items() if key[0] in keep}
@@ -246,16 +259,13 @@ def _run_costs_only(args: argparse.Namespace) -> int:
     profile.runtime_costs[completer.runtime] = costs
     if completer.runtime == profile.runtime:
         # The runtime the K values are for: re-time it (e.g. on a quieter machine) and re-choose them,
-        # by the rule the policy applies on any other runtime: K from each entry's recorded acceptance.
-        # (Gating on an entry's own rounds would skip the pooled entries, whose acceptance is what their
-        # K was chosen from, and leave them priced with the old costs.)
-        from codecue.tuning.policy import best_k
+        # by the rule the policy applies on any other runtime: K from each entry's recorded rounds (or
+        # acceptance). (Gating on an entry's own rounds would skip the pooled entries, whose pooled data
+        # is what their K was chosen from, and leave them priced with the old costs.)
+        from codecue.tuning.tuner import rechoose_k
 
         profile.costs = costs
-        for classes in profile.languages.values():
-            for entry in classes.values():
-                if entry.acceptance is not None:
-                    entry.k, entry.speedup = best_k(entry.acceptance, costs, profile.k_max)
+        rechoose_k(profile, costs, args.pool_weight)
     line = (f"{completer.runtime}: draft step {costs.draft_cost:.3f}, verify K=1 {costs.verify_cost(1):.3f}, "
             f"K=4 {costs.verify_cost(4):.3f}, K=8 {costs.verify_cost(8):.3f} (target step = 1)")
     if args.json:

@@ -15,16 +15,27 @@ Acceptance is estimated online with exponential forgetting: each round adds its 
 *tested* tokens (accepted ones plus the rejected one, if any; drafts after a rejection were never tested)
 to decaying sums, so the estimate follows a user whose code changes style, with the profile's measured
 rate as a prior.
+
+That model is only a fallback. Real acceptance is bursty (a run of boilerplate is accepted whole, a new
+name is rejected at once) and the draft stops early by itself where it doubts, so the geometric model
+undervalues deep drafting. Where rounds were recorded (:class:`RoundRecord`: drafted, accepted, the cap
+asked for, who drafted), K is chosen by *replaying* them: each recorded round's output is re-made under
+every candidate cap K (:func:`replay_round`), priced with the measured costs, and the K with the most
+tokens per unit cost wins (:func:`best_k_replay`). The tuner records rounds at the deepest K, so every
+smaller cap can be replayed; online, the server keeps each class's recent rounds, and one request in
+``probe_every`` drafts at ``k_max`` so that deeper caps stay measurable.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from codecue.engine.rounds import MODEL, RoundRecord
 from codecue.errors import CodeCueError
 
 if TYPE_CHECKING:
@@ -104,13 +115,103 @@ def best_k(alpha: float, costs: CostModel, k_max: int = DEFAULT_K_MAX) -> tuple[
     return best, best_speedup
 
 
+def replay_round(record: RoundRecord, k: int, costs: CostModel) -> tuple[int, float]:
+    """The tokens a recorded round made and what they would have cost drafted with a cap of ``k``.
+
+    The round made ``accepted + 1`` tokens (the accepted drafts and the target's own). Under a smaller cap
+    the same text takes several rounds: each drafts ``min(k, what the draft would still propose)``, keeps
+    what the target agrees with plus the target's token, and pays its draft steps and one verification.
+    The draft is assumed to stop where it stopped in the recording; past that point (a recording cut by
+    its own cap) it is assumed to propose one more token that is rejected, which prices deeper caps
+    conservatively. A model draft that stops before the cap has computed one doubted token more.
+    """
+    tokens = record.accepted + 1
+    if k <= 0:
+        return tokens, float(tokens)
+    step = costs.draft_cost if record.source == MODEL else 0.0
+    done, cost = 0, 0.0
+    while done < tokens:
+        left = record.drafted - done
+        drafted = min(k, left) if left > 0 else 1
+        kept = min(drafted, record.accepted - done)
+        calls = drafted if drafted == k else drafted + 1
+        cost += calls * step + costs.verify_cost(drafted)
+        done += kept + 1
+    return tokens, cost
+
+
+WeightedRounds = Mapping[RoundRecord, float]
+
+
+def replay_speedup(rounds: WeightedRounds, k: int, costs: CostModel) -> float | None:
+    """Tokens per unit cost at cap ``k`` over weighted recorded rounds, relative to target-only decoding
+    (one token per unit); None without rounds."""
+    tokens = cost = 0.0
+    for record, weight in rounds.items():
+        t, c = replay_round(record, k, costs)
+        tokens += weight * t
+        cost += weight * c
+    return tokens / cost if cost > 0 else None
+
+
+def best_k_replay(rounds: WeightedRounds, costs: CostModel, k_max: int = DEFAULT_K_MAX) -> tuple[int, float]:
+    """The K in 0..k_max with the most replayed tokens per unit cost, and that speedup (K = 0 gives 1).
+    Ties go to the smaller K."""
+    best, best_speedup = 0, 1.0
+    for k in range(1, k_max + 1):
+        speedup = replay_speedup(rounds, k, costs)
+        if speedup is not None and speedup > best_speedup + 1e-12:
+            best, best_speedup = k, speedup
+    return best, best_speedup
+
+
+def pooled_rounds(
+    rounds_by_key: Mapping[tuple[str, str], Mapping[RoundRecord, float]],
+    key: tuple[str, str],
+    class_weight: float,
+    overall_weight: float = 0.0,
+) -> dict[RoundRecord, float]:
+    """The rounds of ``key`` = (language, class), each weighing 1, plus the same class's rounds in every
+    language scaled to weigh ``class_weight`` rounds in all, plus every round scaled to ``overall_weight``:
+    a class seen a few times in one language borrows from the same class elsewhere; with many rounds of
+    its own, its own dominate."""
+    pooled: Counter[RoundRecord] = Counter()
+    for record, count in rounds_by_key.get(key, {}).items():
+        pooled[record] += count
+    for weight, keep in ((class_weight, lambda k: k[1] == key[1]), (overall_weight, lambda k: True)):
+        if weight <= 0:
+            continue
+        group: Counter[RoundRecord] = Counter()
+        for other, records in rounds_by_key.items():
+            if keep(other):
+                group.update(records)
+        total = sum(group.values())
+        for record, count in group.items():
+            pooled[record] += weight * count / total
+    return dict(pooled)
+
+
+def merge_rounds(kept: Mapping[RoundRecord, int], new: Iterable[RoundRecord], limit: int) -> dict[RoundRecord, int]:
+    """Recorded rounds plus new ones, as counts; over ``limit`` rounds in all, the older ones are scaled
+    down to make room (a profile stays small, and what was seen lately counts)."""
+    fresh = Counter(new)
+    room = max(limit - sum(fresh.values()), 0)
+    old_total = sum(kept.values())
+    scale = min(1.0, room / old_total) if old_total else 0.0
+    merged = Counter({record: round(count * scale) for record, count in kept.items()})
+    merged.update(fresh)
+    return {record: count for record, count in sorted(merged.items()) if count > 0}
+
+
 @dataclass
 class _ClassState:
     k: int  # the current choice
     accepted: float = 0.0  # exponentially weighted sums (the prior is part of them)
     tested: float = 0.0
     rounds: int = 0  # rounds observed in this process
-    calls_while_off: int = 0
+    calls_since_probe: int = 0
+    prior: dict[RoundRecord, float] = field(default_factory=dict)  # the profile's rounds, weighted
+    recent: deque[RoundRecord] = field(default_factory=deque)  # this process's latest rounds
 
 
 @dataclass
@@ -121,8 +222,11 @@ class PolicySettings:
     halflife_rounds: float = 200.0  # an observation counts half after this many later rounds
     prior_weight: float = 20.0  # the profile's acceptance counts like this many tested tokens
     min_rounds: int = 8  # rounds observed before the profile's K gives way to the online estimate
-    probe_every: int = 50  # while a class is off, one request in this many drafts anyway
+    probe_every: int = 50  # one request in this many drafts anyway (class off) or at k_max (to measure deeper K)
     probe_k: int = 2
+    prior_rounds: float = 20.0  # the profile's recorded rounds of a class count like this many observed ones
+    pool_rounds: float = 20.0  # the same class's rounds in other languages count like this many (see pooled_rounds)
+    recent_rounds: int = 256  # observed rounds kept per class for replay
 
     def __post_init__(self) -> None:
         if not 1 <= self.k_max <= 64:
@@ -133,6 +237,8 @@ class PolicySettings:
             raise ValueError("prior_weight and min_rounds must be >= 0")
         if self.probe_every < 1 or not 1 <= self.probe_k <= self.k_max:
             raise ValueError("probe_every must be >= 1 and probe_k in 1..k_max")
+        if self.prior_rounds < 0 or self.pool_rounds < 0 or self.recent_rounds < 1:
+            raise ValueError("prior_rounds and pool_rounds must be >= 0, recent_rounds >= 1")
 
     @property
     def decay(self) -> float:
@@ -228,16 +334,36 @@ class KPolicy:
             assert self.profile is not None
             entry = self.profile.entry(*key)
             k = entry.k if entry is not None else self.default_k(*key)
-            if entry is not None and entry.acceptance is not None and self._k_from_profile_acceptance():
-                k = best_k(entry.acceptance, self.costs, self.settings.k_max)[0]
-            state = _ClassState(k=min(max(k, 0), self.settings.k_max))
+            state = _ClassState(k=min(max(k, 0), self.settings.k_max),
+                                recent=deque(maxlen=self.settings.recent_rounds), prior=self._prior_rounds(key))
             if entry is not None and entry.acceptance is not None:
                 state.accepted = entry.acceptance * self.settings.prior_weight
                 state.tested = self.settings.prior_weight
+                if self._k_from_profile_acceptance():
+                    state.k = self._model_k(state)
             self._states[key] = state
         return state
 
+    def _prior_rounds(self, key: tuple[str, str]) -> dict[RoundRecord, float]:
+        """The profile's recorded rounds for ``key`` (pooled with the class elsewhere), weighing
+        ``prior_rounds`` in all; empty when the profile recorded none."""
+        assert self.profile is not None
+        by_key = {(language, context_class): entry.rounds
+                  for language, classes in self.profile.languages.items()
+                  for context_class, entry in classes.items() if entry.rounds}
+        if not by_key:
+            return {}
+        pooled = pooled_rounds(by_key, key, self.settings.pool_rounds)
+        total = sum(pooled.values())
+        if total <= 0:
+            return {}
+        return {record: self.settings.prior_rounds * weight / total for record, weight in pooled.items()}
+
     def _model_k(self, state: _ClassState) -> int:
+        if state.prior or state.recent:
+            rounds: Counter[RoundRecord] = Counter(state.prior)
+            rounds.update(state.recent)
+            return best_k_replay(rounds, self.costs, self.settings.k_max)[0]
         alpha = state.accepted / state.tested if state.tested > 0 else 0.0
         return best_k(alpha, self.costs, self.settings.k_max)[0]
 
@@ -246,30 +372,40 @@ class KPolicy:
         """The draft depth for a request; 0 means target-only decoding (speculation off)."""
         with self._lock:
             state = self._state(language, context_class)
-            if state.k > 0:
-                state.calls_while_off = 0
+            if state.k >= self.settings.k_max:
                 return state.k
-            state.calls_while_off += 1
-            if state.calls_while_off >= self.settings.probe_every:
-                state.calls_while_off = 0
-                return self.settings.probe_k  # measure again: the class may have become predictable
-            return 0
+            state.calls_since_probe += 1  # calls since the last probe
+            if state.calls_since_probe >= self.settings.probe_every:
+                state.calls_since_probe = 0
+                # Measure again: an off class may have become predictable; a shallow one may pay deeper.
+                return self.settings.probe_k if state.k == 0 else self.settings.k_max
+            return state.k
 
     def current_k(self, language: str, context_class: str) -> int:
         """The class's K now, without counting a request (no re-probing of a class that is off)."""
         with self._lock:
             return self._state(language, context_class).k
 
-    def observe(self, language: str, context_class: str, drafted: int, accepted: int) -> None:
-        """Report one verification round: ``drafted`` tokens proposed, the first ``accepted`` kept."""
+    def observe(self, language: str, context_class: str, drafted: int, accepted: int, k: int | None = None,
+                source: str = MODEL) -> None:
+        """Report one verification round: ``drafted`` tokens proposed (asked for up to ``k``, by default
+        ``drafted``) by ``source``, the first ``accepted`` kept."""
         if drafted < 0 or accepted < 0 or accepted > drafted:
             raise ValueError(f"need 0 <= accepted <= drafted, got drafted={drafted} accepted={accepted}")
         if drafted == 0:
             return
+        self.observe_round(language, context_class, RoundRecord(drafted, accepted, drafted if k is None else k, source))
+
+    def observe_round(self, language: str, context_class: str, record: RoundRecord) -> None:
+        """Report one verification round (or rounds joined by a RoundJoiner) as a record."""
+        if record.drafted == 0:
+            return
         with self._lock:
             state = self._state(language, context_class)
+            state.recent.append(record)
             decay = self.settings.decay
-            tested = accepted + (1 if accepted < drafted else 0)
+            accepted = record.accepted_tokens
+            tested = accepted + (1 if record.accepted < record.drafted else 0)
             state.accepted = state.accepted * decay + accepted
             state.tested = state.tested * decay + tested
             state.rounds += 1
@@ -287,11 +423,13 @@ class KPolicy:
     def expected_speedup(self, language: str, context_class: str) -> float | None:
         """The expected speedup at the current K (None without an acceptance estimate)."""
         alpha = self.acceptance(language, context_class)
-        if alpha is None:
-            return None
         with self._lock:
-            k = self._state(language, context_class).k
-        return expected_speedup(alpha, k, self.costs)
+            state = self._state(language, context_class)
+            if state.prior or state.recent:
+                rounds: Counter[RoundRecord] = Counter(state.prior)
+                rounds.update(state.recent)
+                return replay_speedup(rounds, state.k, self.costs)
+        return None if alpha is None else expected_speedup(alpha, state.k, self.costs)
 
     def snapshot(self) -> Profile:
         """The profile as adapted so far (what ``save`` writes)."""
@@ -313,9 +451,12 @@ class KPolicy:
                 previous = profile.entry(language, context_class)
                 k = state.k if own_k or previous is None else previous.k
                 costs = self.costs if own_k else profile.costs
-                speedup = expected_speedup(alpha, k, costs) if alpha is not None else None
                 samples = (previous.samples if previous else 0) + state.rounds
-                profile.set_entry(language, context_class, ClassProfile(k, alpha, samples, speedup))
+                rounds = merge_rounds(previous.rounds if previous else {}, state.recent, self.settings.recent_rounds)
+                speedup = replay_speedup(rounds, k, costs) if rounds else None
+                if speedup is None and alpha is not None:
+                    speedup = expected_speedup(alpha, k, costs)
+                profile.set_entry(language, context_class, ClassProfile(k, alpha, samples, speedup, rounds))
             return profile
 
     # -- persistence -------------------------------------------------------------------------------

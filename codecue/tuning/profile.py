@@ -25,7 +25,10 @@ Layout::
     verify_costs = [1.0, 1.62, 2.24]
 
     [languages.python]
-    call_arguments = { k = 5, acceptance = 0.81, samples = 1200, speedup = 1.9 }
+    call_arguments = { k = 5, acceptance = 0.81, samples = 1200, speedup = 1.9, rounds = { "m12/12@12" = 3, "m4/2@12" = 1 } }
+
+``rounds`` counts recorded verification rounds by kind ("m4/2@12": the draft model drafted 4 tokens, asked for
+up to 12, and 2 were accepted; "n..." an n-gram match); the policy replays them to choose K.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from codecue.engine.rounds import RoundRecord
 from codecue.paths import atomic_write_text, config_dir
 from codecue.tuning.policy import DEFAULT_K_MAX, CostModel
 
@@ -58,6 +62,8 @@ class ClassProfile:
     acceptance: float | None = None  # per-token acceptance measured for this class
     samples: int = 0  # verification rounds the measurement is based on
     speedup: float | None = None  # expected speedup at k
+    #: recorded verification rounds (how many of each), replayed to choose K for any costs
+    rounds: dict[RoundRecord, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -138,7 +144,7 @@ def _parse_costs(raw: Any, where: str = "costs") -> CostModel:
 def _parse_entry(raw: Any, where: str, k_max: int) -> ClassProfile:
     if not isinstance(raw, dict):
         raise _Invalid(f"{where} must be a table like {{ k = 4 }}")
-    unknown = set(raw) - {"k", "acceptance", "samples", "speedup"}
+    unknown = set(raw) - {"k", "acceptance", "samples", "speedup", "rounds"}
     if unknown:
         raise _Invalid(f"{where} has unknown keys {sorted(unknown)}")
     k = _integer(raw.get("k"), f"{where}.k", 0, k_max)
@@ -149,7 +155,17 @@ def _parse_entry(raw: Any, where: str, k_max: int) -> ClassProfile:
     speedup = raw.get("speedup")
     if speedup is not None:
         speedup = _number(speedup, f"{where}.speedup", 0.0, 1000.0)
-    return ClassProfile(k, acceptance, samples, speedup)
+    rounds_raw = raw.get("rounds", {})
+    if not isinstance(rounds_raw, dict):
+        raise _Invalid(f"{where}.rounds must be a table like {{ \"m4/2@12\" = 3 }}")
+    rounds: dict[RoundRecord, int] = {}
+    for text, count in rounds_raw.items():
+        try:
+            record = RoundRecord.from_key(text)
+        except ValueError as exc:
+            raise _Invalid(f"{where}.rounds: {exc}") from exc
+        rounds[record] = rounds.get(record, 0) + _integer(count, f"{where}.rounds[{text!r}]", 0, 2**40)
+    return ClassProfile(k, acceptance, samples, speedup, rounds)
 
 
 def parse_profile(data: dict[str, Any], origin: str = "profile") -> Profile:
@@ -346,6 +362,8 @@ def dumps_profile(profile: Profile) -> str:
                 fields["samples"] = entry.samples
             if entry.speedup is not None:
                 fields["speedup"] = round(entry.speedup, 3)
+            if entry.rounds:
+                fields["rounds"] = {record.key(): count for record, count in sorted(entry.rounds.items())}
             lines.append(f"{_key(context_class)} = {_value(fields)}")
     return "\n".join(lines) + "\n"
 

@@ -16,13 +16,23 @@ import bisect
 import random
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from codecue.tuning.policy import DEFAULT_K_MAX, CostModel, best_k, expected_speedup
+from codecue.engine.rounds import MODEL, RoundJoiner, RoundRecord
+from codecue.tuning.policy import (
+    DEFAULT_K_MAX,
+    CostModel,
+    best_k,
+    best_k_replay,
+    expected_speedup,
+    pooled_rounds,
+    replay_speedup,
+)
 from codecue.tuning.profile import ClassProfile, Profile
 
 if TYPE_CHECKING:
@@ -37,22 +47,29 @@ class Tally:
     drafted: int = 0
     accepted: int = 0
     rejections: int = 0  # rounds that ended with a rejected draft token
+    records: Counter[RoundRecord] = field(default_factory=Counter)  # every round, for replay
 
-    def add_round(self, drafted: int, accepted: int) -> None:
-        if drafted < 0 or not 0 <= accepted <= drafted:
-            raise ValueError(f"need 0 <= accepted <= drafted, got drafted={drafted} accepted={accepted}")
-        if drafted == 0:
+    def add(self, record: RoundRecord) -> None:
+        """Count one round (the engine's ``on_round`` callback)."""
+        if record.drafted == 0:
             return
         self.rounds += 1
-        self.drafted += drafted
-        self.accepted += accepted
-        self.rejections += 1 if accepted < drafted else 0
+        self.drafted += record.drafted_tokens
+        self.accepted += record.accepted_tokens
+        self.rejections += 1 if record.accepted < record.drafted else 0
+        self.records[record] += 1
+
+    def add_round(self, drafted: int, accepted: int, k: int | None = None, source: str = MODEL) -> None:
+        if drafted < 0 or not 0 <= accepted <= drafted:
+            raise ValueError(f"need 0 <= accepted <= drafted, got drafted={drafted} accepted={accepted}")
+        self.add(RoundRecord(drafted, accepted, drafted if k is None else k, source))
 
     def merge(self, other: Tally) -> None:
         self.rounds += other.rounds
         self.drafted += other.drafted
         self.accepted += other.accepted
         self.rejections += other.rejections
+        self.records.update(other.records)
 
     @property
     def tested(self) -> int:
@@ -113,10 +130,14 @@ def build_profile(
 ) -> Profile:
     """A profile from measured tallies: per class, the K that maximises expected tokens per unit cost.
 
+    Where the tallies recorded their rounds, K comes from replaying them under every cap
+    (:func:`~codecue.tuning.policy.best_k_replay`); otherwise from the geometric acceptance model.
     Classes with fewer than ``min_rounds`` rounds keep ``base``'s entry (or ``default_k``, else none) but
     record what was seen. ``base`` entries for classes not measured are kept as they are. With
-    ``pool_weight`` > 0, acceptance is :func:`pooled_acceptance` and the rounds that count are the
-    class's over all languages.
+    ``pool_weight`` > 0, acceptance is :func:`pooled_acceptance` (the prior counting ``pool_weight`` tested
+    tokens), the replayed rounds are pooled with the class's rounds in other languages counting
+    ``pool_weight`` rounds (:func:`~codecue.tuning.policy.pooled_rounds`), and the rounds that count
+    toward ``min_rounds`` are the class's over all languages.
     """
     profile = base.copy() if base is not None else Profile()
     profile.warnings = []
@@ -136,13 +157,17 @@ def build_profile(
                   for context_class in profile.languages.get(language, {}) if (language, context_class) not in tallies]
         pooled = pooled_acceptance(tallies, pool_weight, unseen)
         tallies = {**{key: Tally() for key in unseen if key in pooled}, **tallies}
+    rounds_by_key = {key: tally.records for key, tally in tallies.items() if tally.records}
     for (language, context_class), tally in sorted(tallies.items()):
         alpha, evidence = tally.acceptance, tally.rounds
         if pooled:
             alpha, evidence = pooled[(language, context_class)]
         if alpha is None:
             continue
-        if evidence >= min_rounds:
+        replayed = pooled_rounds(rounds_by_key, (language, context_class), pool_weight) if rounds_by_key else {}
+        if evidence >= min_rounds and replayed:
+            k, speedup = best_k_replay(replayed, costs, k_max)
+        elif evidence >= min_rounds:
             k, speedup = best_k(alpha, costs, k_max)
         else:
             previous = profile.entry(language, context_class)
@@ -153,9 +178,26 @@ def build_profile(
             else:
                 continue
             k = min(k, k_max)
-            speedup = expected_speedup(alpha, k, costs)
-        profile.set_entry(language, context_class, ClassProfile(k, alpha, tally.rounds, speedup))
+            speedup = replay_speedup(replayed, k, costs) if replayed else expected_speedup(alpha, k, costs)
+        profile.set_entry(language, context_class,
+                          ClassProfile(k, alpha, tally.rounds, speedup, dict(sorted(tally.records.items()))))
     return profile
+
+
+def rechoose_k(profile: Profile, costs: CostModel, pool_weight: float) -> None:
+    """Re-choose every entry's K for ``costs`` from what the profile recorded (the rule the policy applies
+    on a runtime the K values were not tuned for): replayed rounds, pooled as in :func:`build_profile`,
+    where the profile has them; else the entry's acceptance."""
+    rounds_by_key = {(language, context_class): entry.rounds
+                     for language, classes in profile.languages.items()
+                     for context_class, entry in classes.items() if entry.rounds}
+    for language, classes in profile.languages.items():
+        for context_class, entry in classes.items():
+            replayed = pooled_rounds(rounds_by_key, (language, context_class), pool_weight) if rounds_by_key else {}
+            if replayed:
+                entry.k, entry.speedup = best_k_replay(replayed, costs, profile.k_max)
+            elif entry.acceptance is not None:
+                entry.k, entry.speedup = best_k(entry.acceptance, costs, profile.k_max)
 
 
 def costs_from_timings(draft_step_s: Sequence[float], target_pass_s: dict[int, Sequence[float]]) -> CostModel:
@@ -238,10 +280,10 @@ def measure_acceptance(
     completer: Any,
     files: Iterable[tuple[Path, str]],
     *,
-    probe_k: int = 8,
+    probe_k: int = DEFAULT_K_MAX,
     max_tokens: int = 48,
     per_class: int = 6,
-    draft_mode: str = "model",
+    draft_mode: str = "hybrid",
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> AcceptanceRun:
@@ -263,6 +305,7 @@ def measure_acceptance(
         for position in positions:
             key = (canonical, position.context.context_class)
             tally = run.tallies.setdefault(key, Tally())
+            rounds = RoundJoiner(tally.add)
             completer.complete(
                 text[: position.offset],
                 text[position.offset :],
@@ -270,8 +313,9 @@ def measure_acceptance(
                 k=probe_k,
                 draft_mode=draft_mode,
                 stop_predicate=make_stop_predicate(position.context),
-                on_round=tally.add_round,
+                on_round=rounds,
             )
+            rounds.close()
             run.completions += 1
     run.seconds = time.perf_counter() - start
     return run

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -172,6 +173,11 @@ def main() -> int:
             "22",
             "-e",
             "TERM=xterm-256color",
+            # The server saves what its K policy learned into <config dir>/profile.toml; a screenshot run must
+            # not change the user's real profile (as in the VS Code e2e). tmux panes get the tmux server's
+            # environment, not ours, so pass it explicitly.
+            "-e",
+            f"CODECUE_CONFIG_DIR={os.environ.get('CODECUE_CONFIG_DIR') or work / 'config'}",
             nvim_cmd,
         ],
         check=True,
