@@ -312,6 +312,29 @@ def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer)
     assert worker.status()["modelsLoaded"] is False  # shutdown unloads
 
 
+def test_worker_feeds_the_k_policy_joined_rounds(make_completer, monkeypatch):
+    """The server's round observer joins rounds that used their whole cap (so the policy can see deeper
+    caps pay) and the worker closes it when the completion ends: every drafted and accepted token of the
+    completion reaches the policy, none twice."""
+    from codecue.server.context_hooks import ContextHooks, CursorInfo
+    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+    from codecue.tuning import KPolicy, PolicySettings
+
+    policy = KPolicy(settings=PolicySettings(min_rounds=1))
+    monkeypatch.setattr(ContextHooks, "_policy", policy)
+    completer = make_completer(draft="target", draft_mode="model")  # every draft accepted: whole caps
+    worker = ModelWorker(ModelChoice("t"), lambda choice: completer, idle_unload_s=None)
+    job = GenerationJob(ModelChoice("t"), "def add(a, b):\n    ", "\n", max_tokens=12, k=3,
+                        on_round=ContextHooks().observer(CursorInfo("python", "block_start")))
+    result = worker.submit(job).result(timeout=60)
+    worker.shutdown()
+    assert result is not None and result.stats.rounds > 2
+    recorded = list(policy._states[("python", "block_start")].recent)
+    assert len(recorded) < result.stats.rounds - 1  # joined (round 0 reads the prompt and drafts nothing)
+    assert sum(r.drafted_tokens for r in recorded) == result.stats.drafted
+    assert sum(r.accepted_tokens for r in recorded) == result.stats.accepted
+
+
 def test_worker_reports_load_errors_on_the_job_and_keeps_running():
     from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
 
