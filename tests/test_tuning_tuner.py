@@ -231,12 +231,16 @@ def test_tune_costs_only_adds_a_runtime_and_keeps_acceptance(tiny_dirs, tmp_path
     from codecue.tuning import save_profile
 
     output = tmp_path / "profile.toml"
+
+    def retime() -> None:  # the torch runtime's costs, on tiny models, into ``output``
+        assert main(["tune", "--costs-only", "--target", str(tiny_dirs["target"]), "--draft",
+                     str(tiny_dirs["target"]), "--backend", "torch", "--dtype", "float32", "--k-max", "4",
+                     "--languages", "python", "--output", str(output)]) == 0
+
     base = Profile(models={"runtime": "llamacpp"})
     base.set_entry("python", "identifier", ClassProfile(k=5, acceptance=0.8, samples=40))
     save_profile(base, output)
-    assert main(["tune", "--costs-only", "--target", str(tiny_dirs["target"]), "--draft", str(tiny_dirs["target"]),
-                 "--backend", "torch", "--dtype", "float32", "--k-max", "4", "--languages", "python",
-                 "--output", str(output)]) == 0
+    retime()
     profile = load_profile(output)
     assert profile.warnings == []
     assert set(profile.runtime_costs) == {"torch"}
@@ -248,9 +252,7 @@ def test_tune_costs_only_adds_a_runtime_and_keeps_acceptance(tiny_dirs, tmp_path
     again = Profile(models={"runtime": "torch"})
     again.set_entry("python", "identifier", ClassProfile(k=5, acceptance=0.8, samples=2))
     save_profile(again, output)
-    assert main(["tune", "--costs-only", "--target", str(tiny_dirs["target"]), "--draft", str(tiny_dirs["target"]),
-                 "--backend", "torch", "--dtype", "float32", "--k-max", "4", "--languages", "python",
-                 "--output", str(output)]) == 0
+    retime()
     retimed = load_profile(output)
     entry = retimed.entry("python", "identifier")
     assert entry is not None and retimed.costs == retimed.runtime_costs["torch"]

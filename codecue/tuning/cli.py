@@ -163,10 +163,12 @@ def run(args: argparse.Namespace) -> int:
     if args.costs_only:
         return _run_costs_only(args)
     if args.from_measurements is not None:
+        from codecue.tuning.tuner import Tally
+
         tallies, costs, models = _measurements_from_json(args.from_measurements[0])
         for more in args.from_measurements[1:]:
             for key, tally in _measurements_from_json(more)[0].items():
-                tallies.setdefault(key, type(tally)()).merge(tally)
+                tallies.setdefault(key, Tally()).merge(tally)
         if args.languages:
             keep = {get_grammar(name).language for name in args.languages}
             tallies = {key: tally for key, tally in tallies.items() if key[0] in keep}

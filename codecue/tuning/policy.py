@@ -169,26 +169,31 @@ def pooled_rounds(
     rounds_by_key: Mapping[tuple[str, str], Mapping[RoundRecord, float]],
     key: tuple[str, str],
     class_weight: float,
-    overall_weight: float = 0.0,
 ) -> dict[RoundRecord, float]:
     """The rounds of ``key`` = (language, class), each weighing 1, plus the same class's rounds in every
-    language scaled to weigh ``class_weight`` rounds in all, plus every round scaled to ``overall_weight``:
-    a class seen a few times in one language borrows from the same class elsewhere; with many rounds of
-    its own, its own dominate."""
-    pooled: Counter[RoundRecord] = Counter()
-    for record, count in rounds_by_key.get(key, {}).items():
-        pooled[record] += count
-    for weight, keep in ((class_weight, lambda k: k[1] == key[1]), (overall_weight, lambda k: True)):
-        if weight <= 0:
-            continue
-        group: Counter[RoundRecord] = Counter()
-        for other, records in rounds_by_key.items():
-            if keep(other):
-                group.update(records)
-        total = sum(group.values())
-        for record, count in group.items():
-            pooled[record] += weight * count / total
+    language scaled to weigh ``class_weight`` rounds in all: a class seen a few times in one language
+    borrows from the same class elsewhere; with many rounds of its own, its own dominate."""
+    pooled: Counter[RoundRecord] = Counter(rounds_by_key.get(key, {}))
+    if class_weight > 0:
+        same_class: Counter[RoundRecord] = Counter()
+        for (_, context_class), records in rounds_by_key.items():
+            if context_class == key[1]:
+                same_class.update(records)
+        total = sum(same_class.values())
+        for record, count in same_class.items():
+            pooled[record] += class_weight * count / total
     return dict(pooled)
+
+
+def choose_k(rounds: WeightedRounds, alpha: float | None, costs: CostModel,
+             k_max: int = DEFAULT_K_MAX) -> tuple[int, float] | None:
+    """The K to use and its expected speedup: by replaying ``rounds`` where there are any, else from the
+    per-token acceptance ``alpha`` (the geometric model); None with neither."""
+    if rounds:
+        return best_k_replay(rounds, costs, k_max)
+    if alpha is not None:
+        return best_k(alpha, costs, k_max)
+    return None
 
 
 def merge_rounds(kept: Mapping[RoundRecord, int], new: Iterable[RoundRecord], limit: int) -> dict[RoundRecord, int]:
@@ -348,9 +353,7 @@ class KPolicy:
         """The profile's recorded rounds for ``key`` (pooled with the class elsewhere), weighing
         ``prior_rounds`` in all; empty when the profile recorded none."""
         assert self.profile is not None
-        by_key = {(language, context_class): entry.rounds
-                  for language, classes in self.profile.languages.items()
-                  for context_class, entry in classes.items() if entry.rounds}
+        by_key = self.profile.rounds_by_key()
         if not by_key:
             return {}
         pooled = pooled_rounds(by_key, key, self.settings.pool_rounds)
@@ -359,13 +362,18 @@ class KPolicy:
             return {}
         return {record: self.settings.prior_rounds * weight / total for record, weight in pooled.items()}
 
+    @staticmethod
+    def _replay_rounds(state: _ClassState) -> Counter[RoundRecord]:
+        """The rounds K is chosen from: the profile's (weighted) and the ones seen since."""
+        rounds: Counter[RoundRecord] = Counter(state.prior)
+        rounds.update(state.recent)
+        return rounds
+
     def _model_k(self, state: _ClassState) -> int:
-        if state.prior or state.recent:
-            rounds: Counter[RoundRecord] = Counter(state.prior)
-            rounds.update(state.recent)
-            return best_k_replay(rounds, self.costs, self.settings.k_max)[0]
         alpha = state.accepted / state.tested if state.tested > 0 else 0.0
-        return best_k(alpha, self.costs, self.settings.k_max)[0]
+        choice = choose_k(self._replay_rounds(state), alpha, self.costs, self.settings.k_max)
+        assert choice is not None  # alpha is never None here
+        return choice[0]
 
     # -- the two calls the server makes ------------------------------------------------------------------
     def k_for(self, language: str, context_class: str) -> int:
@@ -389,11 +397,7 @@ class KPolicy:
     def observe(self, language: str, context_class: str, drafted: int, accepted: int, k: int | None = None,
                 source: str = MODEL) -> None:
         """Report one verification round: ``drafted`` tokens proposed (asked for up to ``k``, by default
-        ``drafted``) by ``source``, the first ``accepted`` kept."""
-        if drafted < 0 or accepted < 0 or accepted > drafted:
-            raise ValueError(f"need 0 <= accepted <= drafted, got drafted={drafted} accepted={accepted}")
-        if drafted == 0:
-            return
+        ``drafted``) by ``source``, the first ``accepted`` kept. (RoundRecord validates the counts.)"""
         self.observe_round(language, context_class, RoundRecord(drafted, accepted, drafted if k is None else k, source))
 
     def observe_round(self, language: str, context_class: str, record: RoundRecord) -> None:
@@ -426,9 +430,7 @@ class KPolicy:
         with self._lock:
             state = self._state(language, context_class)
             if state.prior or state.recent:
-                rounds: Counter[RoundRecord] = Counter(state.prior)
-                rounds.update(state.recent)
-                return replay_speedup(rounds, state.k, self.costs)
+                return replay_speedup(self._replay_rounds(state), state.k, self.costs)
         return None if alpha is None else expected_speedup(alpha, state.k, self.costs)
 
     def snapshot(self) -> Profile:

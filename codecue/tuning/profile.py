@@ -94,6 +94,12 @@ class Profile:
     def entry(self, language: str, context_class: str) -> ClassProfile | None:
         return self.languages.get(language, {}).get(context_class)
 
+    def rounds_by_key(self) -> dict[tuple[str, str], dict[RoundRecord, int]]:
+        """The recorded rounds of every (language, class) that has any."""
+        return {(language, context_class): entry.rounds
+                for language, classes in self.languages.items()
+                for context_class, entry in classes.items() if entry.rounds}
+
     def set_entry(self, language: str, context_class: str, entry: ClassProfile) -> None:
         self.languages.setdefault(language, {})[context_class] = entry
 

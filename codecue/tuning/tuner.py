@@ -27,8 +27,7 @@ from codecue.engine.rounds import MODEL, RoundJoiner, RoundRecord
 from codecue.tuning.policy import (
     DEFAULT_K_MAX,
     CostModel,
-    best_k,
-    best_k_replay,
+    choose_k,
     expected_speedup,
     pooled_rounds,
     replay_speedup,
@@ -60,8 +59,7 @@ class Tally:
         self.records[record] += 1
 
     def add_round(self, drafted: int, accepted: int, k: int | None = None, source: str = MODEL) -> None:
-        if drafted < 0 or not 0 <= accepted <= drafted:
-            raise ValueError(f"need 0 <= accepted <= drafted, got drafted={drafted} accepted={accepted}")
+        """Count one round given by its numbers (RoundRecord validates them)."""
         self.add(RoundRecord(drafted, accepted, drafted if k is None else k, source))
 
     def merge(self, other: Tally) -> None:
@@ -165,10 +163,9 @@ def build_profile(
         if alpha is None:
             continue
         replayed = pooled_rounds(rounds_by_key, (language, context_class), pool_weight) if rounds_by_key else {}
-        if evidence >= min_rounds and replayed:
-            k, speedup = best_k_replay(replayed, costs, k_max)
-        elif evidence >= min_rounds:
-            k, speedup = best_k(alpha, costs, k_max)
+        choice = choose_k(replayed, alpha, costs, k_max) if evidence >= min_rounds else None
+        if choice is not None:
+            k, speedup = choice
         else:
             previous = profile.entry(language, context_class)
             if previous is not None:
@@ -188,16 +185,13 @@ def rechoose_k(profile: Profile, costs: CostModel, pool_weight: float) -> None:
     """Re-choose every entry's K for ``costs`` from what the profile recorded (the rule the policy applies
     on a runtime the K values were not tuned for): replayed rounds, pooled as in :func:`build_profile`,
     where the profile has them; else the entry's acceptance."""
-    rounds_by_key = {(language, context_class): entry.rounds
-                     for language, classes in profile.languages.items()
-                     for context_class, entry in classes.items() if entry.rounds}
+    rounds_by_key = profile.rounds_by_key()
     for language, classes in profile.languages.items():
         for context_class, entry in classes.items():
             replayed = pooled_rounds(rounds_by_key, (language, context_class), pool_weight) if rounds_by_key else {}
-            if replayed:
-                entry.k, entry.speedup = best_k_replay(replayed, costs, profile.k_max)
-            elif entry.acceptance is not None:
-                entry.k, entry.speedup = best_k(entry.acceptance, costs, profile.k_max)
+            choice = choose_k(replayed, entry.acceptance, costs, profile.k_max)
+            if choice is not None:
+                entry.k, entry.speedup = choice
 
 
 def costs_from_timings(draft_step_s: Sequence[float], target_pass_s: dict[int, Sequence[float]]) -> CostModel:
