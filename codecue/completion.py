@@ -31,6 +31,7 @@ from codecue.engine.speculative import GenerationParams, GenerationResult, Gener
 from codecue.errors import CodeCueError, ModelError
 from codecue.options import DRAFT_MODES
 from codecue.paths import cache_dir
+from codecue.tuning.machine_costs import MachineCosts
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +261,23 @@ class Completer:
                  **kwargs: Any) -> GenerationResult:
         prompt = self.build_prompt(prefix, suffix, extra_context)
         return self.generate_ids(prompt, **kwargs)
+
+    @property
+    def budget(self) -> PromptBudget:
+        return self.config.budget
+
+    def close(self) -> None:
+        """Free both models (the completer is unusable afterwards)."""
+        for seq in (self.target, self.draft):
+            close = getattr(getattr(seq, "backend", None), "close", None)
+            if callable(close):
+                close()
+
+    def measure_costs(self, should_stop: Callable[[], bool] | None = None) -> MachineCosts:
+        """Time this pair on this machine (seconds); see :mod:`codecue.tuning.machine_costs`."""
+        from codecue.tuning.machine_costs import measure_machine_costs, probe_text
+
+        return measure_machine_costs(self, probe_text(), should_stop=should_stop)
 
     def reset_caches(self) -> None:
         with self.lock:

@@ -16,6 +16,8 @@ os.environ["CODECUE_CONFIG_DIR"] = tempfile.mkdtemp(prefix="codecue-test-config-
 # Belt and braces: a child started with an env that drops CODECUE_CONFIG_DIR would fall back to
 # platformdirs' user config dir, which on Linux honours XDG_CONFIG_HOME; point that at a throwaway dir too.
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="codecue-test-xdg-config-")
+# Costs the servers under test measure (tiny models, a loaded machine) stay out of the user's cache.
+os.environ["CODECUE_MACHINE_COSTS"] = os.path.join(tempfile.mkdtemp(prefix="codecue-test-costs-"), "costs.json")
 
 
 @pytest.fixture(scope="session")

@@ -261,8 +261,14 @@ def test_runtime_costs_rederive_k_from_acceptance() -> None:
     assert other.costs is other.profile.runtime_costs["llamacpp"]
     assert other.k_for("python", "call_arguments") == best_k(0.9, dear)[0] == 0
     assert other.k_for("python", "comment") == 2
-    unknown = KPolicy(profile=profile.copy(), runtime="exllamav2")  # no costs for it: the profile as written
-    assert unknown.k_for("python", "call_arguments") == 7 and unknown.costs is unknown.profile.costs
+    # No costs measured for a runtime: speculation stays off there (it could be slower than the target
+    # alone), probes included, until costs measured on this machine arrive; then K comes from acceptance.
+    unknown = KPolicy(profile=profile.copy(), runtime="exllamav2")
+    assert unknown.costs_unknown()
+    assert [unknown.k_for("python", "call_arguments") for _ in range(120)] == [0] * 120
+    unknown.use_measured_costs("exllamav2", cheap)
+    assert not unknown.costs_unknown()
+    assert unknown.k_for("python", "call_arguments") == best_k(0.9, cheap)[0] > 0
     same.set_runtime("llamacpp")
     assert same.k_for("python", "call_arguments") == 0
     # What the server saves while on llama.cpp keeps the profile's K values as torch+llamacpp's (the

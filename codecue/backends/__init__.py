@@ -10,6 +10,8 @@ from codecue.errors import BackendUnavailable, CodeCueError
 from codecue.options import BACKENDS
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from codecue.models.resolve import ModelSource
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,30 @@ def choose_backend(source: ModelSource, backend: str = "auto") -> str:
     return "torch"
 
 
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        log.warning("%s", message)
+
+
+def checked_llamacpp_layout(path: Path) -> bool:
+    """Whether llama.cpp may repack ``path``'s weights here: the first layout whose child-process check
+    passed (cached per machine, build and model). Raises BackendUnavailable when none did."""
+    from codecue.backends.native_check import safe_llamacpp_layout
+
+    layout, refused = safe_llamacpp_layout(path)
+    if layout is None:
+        raise BackendUnavailable(f"llama.cpp failed its check on {path.name}: " + "; ".join(refused),
+                                 "see `codecue doctor`; the torch backend serves instead")
+    if refused:
+        _say_once(f"llama.cpp on {path.name}: {refused[0]} in a child-process check; "
+                  f"serving with {layout} weights instead")
+    return layout == "repack"
+
+
 def create_backend(
     source: ModelSource,
     backend: str = "auto",
@@ -64,13 +90,14 @@ def create_backend(
             raise CodeCueError(f"the llama.cpp backend loads GGUF files; {source.path} is {source.kind}",
                                "use --backend torch for HF directories")
         try:
-            from codecue.backends.llamacpp import LlamaCppBackend
+            from codecue.backends.llamacpp import LlamaCppBackend, _load_lib
 
-            return LlamaCppBackend.load(source.path, n_ctx=n_ctx)
+            _load_lib()
+            return LlamaCppBackend.load(source.path, n_ctx=n_ctx, repack=checked_llamacpp_layout(source.path))
         except BackendUnavailable as exc:
             if backend == "llamacpp":
                 raise
-            log.warning("llama.cpp unavailable (%s); falling back to the torch backend", exc)
+            _say_once(f"llama.cpp unavailable ({exc}); falling back to the torch backend")
             chosen = "torch"
         except ImportError as exc:
             if backend == "llamacpp":

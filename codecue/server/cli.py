@@ -29,6 +29,16 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hybrid (n-gram then draft model), model, ngram, or none (default: hybrid)")
     parser.add_argument("--dtype", choices=DTYPES,
                         help="torch backend weights (default: auto, the faster of fp32 and bf16 measured at load)")
+    parser.add_argument("--inline-models", action="store_true",
+                        help="hold the models in the server's own process (default: a child process, so that "
+                             "a crash in native code fails one request instead of ending the server)")
+
+
+def model_factory(args: argparse.Namespace):  # -> CompleterFactory
+    from codecue.server.model_process import child_process_factory
+    from codecue.server.worker import load_completer
+
+    return load_completer if getattr(args, "inline_models", False) else child_process_factory()
 
 
 def model_flags(args: argparse.Namespace) -> list[str]:
@@ -38,6 +48,8 @@ def model_flags(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name, None)
         if value:
             out += [f"--{name.replace('_', '-')}", str(value)]
+    if getattr(args, "inline_models", False):
+        out.append("--inline-models")
     return out
 
 
@@ -79,7 +91,7 @@ def run_in_process_stdio(args: argparse.Namespace) -> int:
     from codecue.server.transport import serve_stdio
     from codecue.server.worker import ModelWorker
 
-    worker = ModelWorker(model_choice(args), idle_unload_s=args.idle_timeout)
+    worker = ModelWorker(model_choice(args), model_factory(args), idle_unload_s=args.idle_timeout)
     try:
         return asyncio.run(serve_stdio(CodeCueServer(worker)))
     finally:
@@ -99,7 +111,7 @@ def run_tcp(args: argparse.Namespace) -> int:
     from codecue.server.worker import ModelWorker
 
     host, port = parse_host_port(args.tcp)
-    worker = ModelWorker(model_choice(args), idle_unload_s=args.idle_timeout)
+    worker = ModelWorker(model_choice(args), model_factory(args), idle_unload_s=args.idle_timeout)
     token = secrets.token_hex(16)
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

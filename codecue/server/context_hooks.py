@@ -168,6 +168,13 @@ class ContextHooks:
                 log.warning("K policy: could not switch to runtime %s: %s", runtime, exc)
 
     @classmethod
+    def use_costs(cls, runtime: str, costs: Any) -> None:
+        """Costs measured on this machine for ``runtime``: the policy chooses K with them from now on."""
+        policy = cls.policy()
+        if policy is not None:
+            policy.use_measured_costs(runtime, costs)
+
+    @classmethod
     def save_learned(cls) -> bool:
         """Keep what the policy learned (per-class acceptance, K) in the user's profile, so the next
         server starts from it. Atomic; a failure is logged, never raised. True when a profile was written."""

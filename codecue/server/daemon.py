@@ -199,8 +199,9 @@ class Daemon:
                 writer.close()
 
 
-def run_daemon(default_model: ModelChoice, idle_unload_s: float | None) -> int:
-    daemon = Daemon(default_model, idle_unload_s)
+def run_daemon(default_model: ModelChoice, idle_unload_s: float | None,
+               factory: CompleterFactory = load_completer) -> int:
+    daemon = Daemon(default_model, idle_unload_s, factory)
     try:
         asyncio.run(daemon.serve())
     except AlreadyRunning as exc:

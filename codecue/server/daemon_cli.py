@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from codecue.server.cli import add_model_arguments, model_choice, model_flags
+from codecue.server.cli import add_model_arguments, model_choice, model_factory, model_flags
 
 NOT_RUNNING = 3  # as `systemctl status` says for a stopped unit
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
             from codecue.server.daemon import run_daemon
 
             logging.getLogger("codecue").setLevel(min(logging.getLogger().level, logging.INFO))
-            return run_daemon(model_choice(args), args.idle_timeout)
+            return run_daemon(model_choice(args), args.idle_timeout, model_factory(args))
         started = daemon_client.ensure_running(flags)
         info = daemon_client.control("status") or {}
         what = "started" if started else "already running"

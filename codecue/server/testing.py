@@ -4,12 +4,18 @@ Tiny random models generate a token in about a millisecond, too fast to cancel m
 "type" over deterministically. ``python -m codecue.server.testing --target DIR --draft DIR
 --forward-delay-ms 20`` serves stdio in-process exactly like ``codecue serve --in-process``, except that
 every forward pass of either model sleeps first. Nothing else differs.
+
+``--segfault-on MARKER`` instead holds the models in a child process (as ``codecue serve`` does) whose
+target really segfaults (a null pointer read through ctypes) in its forward pass whenever the prompt
+contains MARKER: the crash that a broken native runtime causes, on demand.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +49,38 @@ def throttled_factory(delay_s: float):
     return factory
 
 
+SEGFAULT_MARKER_ENV = "CODECUE_TEST_SEGFAULT_MARKER"
+
+
+class SegfaultingBackend(ThrottledBackend):
+    """Wraps a backend; ``forward`` dereferences a null pointer while ``armed``."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner, 0.0)
+        self.armed = False
+
+    def forward(self, token_ids: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+        if self.armed:
+            ctypes.string_at(0)  # SIGSEGV in native code, as a broken kernel would
+        return super().forward(token_ids, *args, **kwargs)
+
+
+def load_segfaulting_completer(choice: ModelChoice):
+    """A completer whose target segfaults on prompts containing ``$CODECUE_TEST_SEGFAULT_MARKER``."""
+    completer = load_completer(choice)
+    marker = os.environ[SEGFAULT_MARKER_ENV]
+    backend = SegfaultingBackend(completer.target.backend)
+    completer.target.backend = backend
+    complete = completer.complete
+
+    def complete_or_crash(prefix: str, suffix: str = "", **kwargs: Any):
+        backend.armed = marker in prefix or marker in suffix
+        return complete(prefix, suffix, **kwargs)
+
+    completer.complete = complete_or_crash
+    return completer
+
+
 def main(argv: list[str] | None = None) -> int:
     from codecue.server.session import CodeCueServer
     from codecue.server.transport import serve_stdio
@@ -54,9 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-mode", default="hybrid")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--forward-delay-ms", type=float, default=0.0)
+    parser.add_argument("--segfault-on", metavar="MARKER")
     args = parser.parse_args(argv)
     choice = ModelChoice(args.target, args.draft, args.backend, args.draft_mode, args.dtype)
     factory = throttled_factory(args.forward_delay_ms / 1000) if args.forward_delay_ms else load_completer
+    if args.segfault_on:
+        from codecue.server.model_process import child_process_factory
+
+        os.environ[SEGFAULT_MARKER_ENV] = args.segfault_on  # inherited by the model process
+        factory = child_process_factory("codecue.server.testing:load_segfaulting_completer")
     worker = ModelWorker(choice, factory, idle_unload_s=None)
     try:
         return asyncio.run(serve_stdio(CodeCueServer(worker)))

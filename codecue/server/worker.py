@@ -19,12 +19,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from codecue.server.model_process import ModelProcessCrashed
 from codecue.server.prompt import stable_prefix
 
 if TYPE_CHECKING:
     from codecue.completion import Completer
     from codecue.engine.rounds import RoundRecord
     from codecue.engine.speculative import GenerationResult
+    from codecue.tuning.machine_costs import MachineCosts
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +55,9 @@ CompleterFactory = Callable[[ModelChoice], "Completer"]
 def load_completer(choice: ModelChoice) -> Completer:
     """The default factory: resolve and load the pair (heavy imports happen here, in the worker)."""
     from codecue.completion import Completer, CompleterConfig
-    from codecue.server.context_hooks import ContextHooks
 
-    completer = Completer.load(CompleterConfig(target=choice.target, draft=choice.draft, backend=choice.backend,
-                                               draft_mode=choice.draft_mode, dtype=choice.dtype))
-    ContextHooks.set_runtime(completer.runtime)  # the K policy prices drafts with this runtime's costs
-    return completer
+    return Completer.load(CompleterConfig(target=choice.target, draft=choice.draft, backend=choice.backend,
+                                          draft_mode=choice.draft_mode, dtype=choice.dtype))
 
 
 @dataclass(eq=False)
@@ -116,12 +115,17 @@ class ModelWorker:
         idle_unload_s: float | None = 900.0,
         reuse_cache: bool = True,
         max_pending: int = 8,
+        measure_costs: bool = True,
     ) -> None:
         self.default_model = default_model or ModelChoice()
         self.factory = factory
         self.idle_unload_s = idle_unload_s if idle_unload_s and idle_unload_s > 0 else None
         self.reuse_cache = reuse_cache
         self.max_pending = max_pending
+        #: measure this machine's costs for a newly loaded pair in idle time (when none are cached)
+        self.measure_costs = measure_costs
+        self.machine_costs: MachineCosts | None = None
+        self._costs_ready = True
         self._queue: deque[GenerationJob] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -204,14 +208,10 @@ class ModelWorker:
         if self._completer is None:
             return
         completer, self._completer, self._loaded = self._completer, None, None
-        for seq in (completer.target, completer.draft):
-            backend = getattr(seq, "backend", None)
-            close = getattr(backend, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # noqa: BLE001 - unloading must not take the worker down
-                    log.exception("closing a backend failed")
+        try:
+            completer.close()
+        except Exception:  # noqa: BLE001 - unloading must not take the worker down
+            log.exception("closing the models failed")
         del completer
         gc.collect()
         self.unloads += 1
@@ -246,13 +246,53 @@ class ModelWorker:
         t0 = time.perf_counter()
         completer = self.factory(choice)
         log.info("models loaded in %.1f s", time.perf_counter() - t0)
+        from codecue.server.context_hooks import ContextHooks
+
+        ContextHooks.set_runtime(completer.runtime)  # the K policy prices drafts with this runtime's costs
         with self._cond:
             self._completer, self._loaded = completer, choice
+            self._costs_ready = False
             self.loads += 1
         return completer
 
+    def _costs_when_idle(self) -> None:
+        """Once per loaded pair: this machine's costs for it, from the cache or measured now. Runs only with
+        no job waiting, and gives way to the next job between timed passes (then it is tried again later)."""
+        completer = self._completer
+        if completer is None or self._costs_ready or self._queue or self._stopping:
+            return
+        from codecue.server.context_hooks import ContextHooks
+        from codecue.tuning.machine_costs import (
+            MeasurementAbandoned,
+            load_machine_costs,
+            store_machine_costs,
+        )
+
+        measured = load_machine_costs(completer.runtime, *completer.names)
+        if measured is None and self.measure_costs:
+            log.info("measuring this machine's costs for %s in idle time", completer.runtime)
+            try:
+                measured = completer.measure_costs(should_stop=lambda: bool(self._queue) or self._stopping)
+            except MeasurementAbandoned:
+                return
+            except Exception as exc:  # noqa: BLE001 - costs are an optimisation; serving goes on without
+                log.warning("measuring costs failed: %s", exc, exc_info=not isinstance(exc, ModelProcessCrashed))
+                if isinstance(exc, ModelProcessCrashed):
+                    with self._cond:
+                        self._unload_locked()
+                self._costs_ready = True
+                return
+            store_machine_costs(measured, *completer.names)
+            log.info("measured %s: target step %.1f ms, prefill %.2f ms/token", measured.runtime,
+                     measured.target_step_ms, measured.prefill_ms_per_token)
+        self._costs_ready = True
+        self.machine_costs = measured
+        if measured is not None and measured.costs is not None:
+            ContextHooks.use_costs(measured.runtime, measured.costs)
+
     def _run(self) -> None:
         while True:
+            self._costs_when_idle()
             job = self._next_job()
             if job is None:
                 return
@@ -267,7 +307,7 @@ class ModelWorker:
                 if not self.reuse_cache:
                     completer.reset_caches()
                 result = completer.complete(
-                    stable_prefix(job.prefix, completer.config.budget),
+                    stable_prefix(job.prefix, completer.budget),
                     job.suffix,
                     extra_context=job.extra_context,
                     max_tokens=job.max_tokens,
@@ -282,6 +322,9 @@ class ModelWorker:
                 self.generations += 1
                 job.future.set_result(result)
             except BaseException as exc:  # noqa: BLE001 - the job's owner reports it; the worker lives on
+                if isinstance(exc, ModelProcessCrashed):
+                    with self._cond:  # the next job starts a new model process
+                        self._unload_locked()
                 log.warning("generation %s failed: %s", job.label, exc, exc_info=not _is_user_error(exc))
                 if not job.future.done():
                     job.future.set_exception(exc)

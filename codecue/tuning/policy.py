@@ -318,6 +318,21 @@ class KPolicy:
             self.runtime = runtime
             self._states.clear()  # rebuilt from the profile on the next request, then adapted again
 
+    def costs_unknown(self) -> bool:
+        """True when nothing was measured for this runtime (on this machine, or by a tuned profile's own
+        runtime): speculation stays off until it is, as it could be slower than the target alone."""
+        assert self.profile is not None
+        return (self.runtime is not None and self.runtime not in self.profile.runtime_costs
+                and self.profile.runtime != self.runtime)
+
+    def use_measured_costs(self, runtime: str, costs: CostModel) -> None:
+        """Costs measured on this machine for ``runtime``: K is re-chosen from the recorded rounds for them."""
+        assert self.profile is not None
+        with self._lock:
+            self.profile.runtime_costs[runtime] = costs
+            if runtime == self.runtime:
+                self._states.clear()
+
     def _k_from_profile_acceptance(self) -> bool:
         """True when the profile's K values were tuned for another runtime than this one, whose costs the
         profile has: then its per-class acceptance, not its K, carries over."""
@@ -339,6 +354,8 @@ class KPolicy:
             assert self.profile is not None
             entry = self.profile.entry(*key)
             k = entry.k if entry is not None else self.default_k(*key)
+            if self.costs_unknown():
+                k = 0
             state = _ClassState(k=min(max(k, 0), self.settings.k_max),
                                 recent=deque(maxlen=self.settings.recent_rounds), prior=self._prior_rounds(key))
             if entry is not None and entry.acceptance is not None:
@@ -370,6 +387,8 @@ class KPolicy:
         return rounds
 
     def _model_k(self, state: _ClassState) -> int:
+        if self.costs_unknown():
+            return 0
         alpha = state.accepted / state.tested if state.tested > 0 else 0.0
         choice = choose_k(self._replay_rounds(state), alpha, self.costs, self.settings.k_max)
         assert choice is not None  # alpha is never None here
@@ -382,6 +401,8 @@ class KPolicy:
             state = self._state(language, context_class)
             if state.k >= self.settings.k_max:
                 return state.k
+            if self.costs_unknown():
+                return 0
             state.calls_since_probe += 1  # calls since the last probe
             if state.calls_since_probe >= self.settings.probe_every:
                 state.calls_since_probe = 0

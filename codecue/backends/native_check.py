@@ -1,0 +1,234 @@
+"""Check a native runtime in a child process before it serves, and remember the verdict.
+
+A native library can crash the process that calls it (llama.cpp's AMX matmul faulted on Sapphire Rapids
+in stock builds) or compute wrong numbers. Neither may reach the server, so before llama.cpp serves a
+model in a layout on this machine, a child process loads the real model, evaluates a code snippet in one
+multi-token call and again one token at a time, and compares the logits. A layout whose child dies or
+whose logits disagree is never used here; the caller falls back (repacking off, then torch).
+
+Verdicts are cached in ``<cache dir>/native_checks.json`` per (CPU model and flags, runtime version,
+model file path, size and mtime), so each check runs once per machine, build and model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from codecue.paths import atomic_write_text, cache_dir
+
+log = logging.getLogger(__name__)
+
+CHECKS_FILE = "native_checks.json"
+CHECK_TIMEOUT_S = 300.0
+# The child that runs one check; a test points this at a probe that really crashes.
+PROBE_MODULE = "codecue.backends.native_check"
+_PROBE_TEXT = (
+    "def mean(values: list[float]) -> float:\n"
+    "    total = 0.0\n"
+    "    for value in values:\n"
+    "        total += value\n"
+    "    return total / len(values)\n"
+)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict on one (runtime, layout, model) on this machine."""
+
+    ok: bool
+    reason: str  # why not ok ("crashed with SIGSEGV", "logits differ ..."), or a summary when ok
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cpu_signature() -> str:
+    """CPU model name and feature flags: what decides which kernels a native build runs."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        import platform
+
+        return f"{platform.machine()} {platform.processor()}"
+    model = flags = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = " ".join(sorted(value.split()))
+        if model and flags:
+            break
+    return f"{model} | {flags}"
+
+
+def cpu_model_name() -> str:
+    return cpu_signature().split(" | ")[0]
+
+
+def llamacpp_version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("llama_cpp_python")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def check_key(runtime: str, runtime_version: str, layout: str, model: Path) -> str:
+    stat = model.stat()
+    raw = "\n".join((cpu_signature(), runtime, runtime_version, layout, str(model.resolve()), str(stat.st_size),
+                     str(stat.st_mtime_ns)))
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _checks_path() -> Path:
+    return cache_dir() / CHECKS_FILE
+
+
+def _read_checks() -> dict[str, Any]:
+    try:
+        data = json.loads(_checks_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _store_check(key: str, entry: dict[str, Any]) -> None:
+    checks = _read_checks()
+    checks[key] = entry
+    try:
+        atomic_write_text(_checks_path(), json.dumps(checks, indent=1, sort_keys=True) + "\n")
+    except OSError as exc:  # a read-only or full cache costs a re-check next time, nothing more
+        log.warning("could not save the native check result (%s)", exc)
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def run_probe(model: Path, layout: str, timeout_s: float = CHECK_TIMEOUT_S) -> CheckResult:
+    """Run the probe in a child process; a crash, a hang or a wrong answer is a failed check."""
+    start = time.perf_counter()
+    command = [sys.executable, "-m", PROBE_MODULE, "--model", str(model), "--layout", layout]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        return CheckResult(False, f"did not finish within {timeout_s:.0f} s", time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    if done.returncode < 0:
+        return CheckResult(False, f"crashed with {_signal_name(done.returncode)}", seconds)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return CheckResult(False, f"exited with status {done.returncode}: {tail[:200]}", seconds)
+    try:
+        report = json.loads(lines[-1])
+    except ValueError:
+        return CheckResult(False, f"unreadable probe output: {lines[-1][:200]}", seconds)
+    return CheckResult(bool(report.get("ok")), str(report.get("reason", "")), seconds)
+
+
+def checked(runtime: str, runtime_version: str, layout: str, model: Path,
+            timeout_s: float = CHECK_TIMEOUT_S) -> CheckResult:
+    """The cached verdict for this machine, runtime build, layout and model file; checked now if none."""
+    model = Path(model)
+    key = check_key(runtime, runtime_version, layout, model)
+    cached = _read_checks().get(key)
+    if isinstance(cached, dict) and isinstance(cached.get("ok"), bool):
+        return CheckResult(cached["ok"], str(cached.get("reason", "")), float(cached.get("seconds", 0.0)))
+    log.info("checking %s (%s) on %s in a child process", runtime, layout, model.name)
+    result = run_probe(model, layout, timeout_s)
+    entry = result.to_json() | {"runtime": runtime, "version": runtime_version, "layout": layout,
+                                "model": str(model), "cpu": cpu_model_name(), "checked_at": time.time()}
+    _store_check(key, entry)
+    return result
+
+
+LLAMACPP_LAYOUTS = ("repack", "plain")  # llama.cpp's extra weight buffers (repacked kernels) on, then off
+
+
+def safe_llamacpp_layout(model: Path) -> tuple[str | None, list[str]]:
+    """The first llama.cpp weight layout that passes its check for ``model`` here, or None; with the
+    reasons the earlier layouts were refused."""
+    if os.environ.get("CODECUE_NATIVE_CHECK", "1") == "0":
+        return LLAMACPP_LAYOUTS[0], []
+    version = llamacpp_version()
+    refused: list[str] = []
+    for layout in LLAMACPP_LAYOUTS:
+        result = checked("llamacpp", version, layout, model)
+        if result.ok:
+            return layout, refused
+        refused.append(f"llama.cpp {version} with {layout} weights {result.reason}")
+    return None, refused
+
+
+# -- the probe (runs in the child) -------------------------------------------------------------------
+
+
+def compare_logits(multi: Any, single: Any) -> tuple[bool, str]:
+    """Multi-token logits must match one-token logits up to kernel rounding.
+
+    Other kernels may flip a near tie, so at every position the multi-token argmax must score within
+    ``0.1 * std`` of the best one-token logit, and the rows must correlate above 0.99. Garbage (zeros, a
+    wrong tile layout) fails both by far.
+    """
+    import numpy as np
+
+    multi, single = np.asarray(multi, dtype=np.float64), np.asarray(single, dtype=np.float64)
+    if multi.shape != single.shape or not np.isfinite(multi).all():
+        return False, "logits are not finite" if multi.shape == single.shape else "logit shapes differ"
+    worst_gap, worst_corr = 0.0, 1.0
+    for m_row, s_row in zip(multi, single, strict=True):
+        scale = float(s_row.std()) or 1.0
+        gap = (float(s_row.max()) - float(s_row[int(m_row.argmax())])) / scale
+        with np.errstate(invalid="ignore", divide="ignore"):
+            corr = float(np.corrcoef(m_row, s_row)[0, 1])
+        corr = corr if np.isfinite(corr) else 0.0  # a constant row (all zeros) correlates with nothing
+        worst_gap, worst_corr = max(worst_gap, gap), min(worst_corr, corr)
+    ok = worst_gap <= 0.1 and worst_corr >= 0.99
+    summary = f"argmax gap {worst_gap:.3f} std, correlation {worst_corr:.5f} over {len(multi)} positions"
+    return ok, summary if ok else f"gave wrong logits ({summary})"
+
+
+def _probe_llamacpp(model: Path, layout: str) -> dict[str, Any]:
+    from codecue.backends.llamacpp import LlamaCppBackend
+
+    with LlamaCppBackend.load(model, n_ctx=256, n_batch=64, repack=layout == "repack") as backend:
+        tokens = backend.tokenize(_PROBE_TEXT)[:48]
+        multi = backend.forward(tokens).numpy()
+        backend.reset()
+        single = [backend.forward([t]).numpy()[0] for t in tokens]
+    ok, reason = compare_logits(multi, single)
+    return {"ok": ok, "reason": reason}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="One native runtime check (run by CodeCue in a child process).")
+    parser.add_argument("--model", required=True, type=Path)
+    parser.add_argument("--layout", required=True, choices=LLAMACPP_LAYOUTS)
+    args = parser.parse_args(argv)
+    print(json.dumps(_probe_llamacpp(args.model, args.layout)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

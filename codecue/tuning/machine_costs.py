@@ -1,0 +1,189 @@
+"""Costs measured on this machine: one target step, verification passes, a draft step and prefill speed.
+
+What a round of speculation costs depends on the CPU (its kernels, AMX or not, memory bandwidth), the
+runtime build and the model files, so it is measured where CodeCue runs, never shipped. The first time a
+(machine, runtime, model pair) serves, the server measures it in idle time (seconds; abandoned the moment a
+request arrives) and keeps the result in ``<cache dir>/machine_costs.json``; the K policy and the runtime
+plan read it from then on. ``codecue tune --costs-only`` still takes the longer, quieter measurement.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codecue.backends.native_check import cpu_model_name, cpu_signature
+from codecue.paths import atomic_write_text, cache_dir
+from codecue.tuning.policy import DEFAULT_K_MAX, CostModel
+
+log = logging.getLogger(__name__)
+
+COSTS_FILE = "machine_costs.json"
+QUICK_REPEATS = 3
+
+
+class MeasurementAbandoned(Exception):
+    """A request arrived: the measurement gave way (nothing is stored)."""
+
+
+@dataclass(frozen=True)
+class MachineCosts:
+    """Absolute timings of one runtime and model pair on this machine."""
+
+    runtime: str
+    target_step_ms: float  # one target forward over one token, after a few hundred cached tokens
+    prefill_ms_per_token: float  # the prompt's evaluation, per token
+    costs: CostModel | None  # relative verify and draft costs; None when measured without a draft
+    cpu: str = ""
+    measured_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"runtime": self.runtime, "target_step_ms": self.target_step_ms,
+                               "prefill_ms_per_token": self.prefill_ms_per_token, "cpu": self.cpu,
+                               "measured_at": self.measured_at}
+        if self.costs is not None:
+            out["draft_cost"] = self.costs.draft_cost
+            out["verify_costs"] = list(self.costs.verify_costs)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MachineCosts:
+        costs = None
+        if "verify_costs" in data:
+            verify = tuple(float(c) for c in data["verify_costs"])
+            per_token = (verify[-1] - 1.0) / (len(verify) - 1) if len(verify) > 1 else 0.05
+            costs = CostModel(float(data["draft_cost"]), max(per_token, 0.0), verify)
+        return cls(str(data["runtime"]), float(data["target_step_ms"]), float(data["prefill_ms_per_token"]),
+                   costs, str(data.get("cpu", "")), float(data.get("measured_at", 0.0)))
+
+
+def _file_identity(path: str | None) -> str:
+    if not path:
+        return "-"
+    p = Path(path)
+    try:
+        stat = p.stat()
+    except OSError:
+        return str(p)
+    return f"{p.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def _runtime_versions() -> str:
+    versions = []
+    for package in ("llama_cpp_python", "torch"):
+        try:
+            versions.append(f"{package}={importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package}=-")
+    return " ".join(versions)
+
+
+def costs_key(runtime: str, target: str | None, draft: str | None) -> str:
+    raw = "\n".join((cpu_signature(), runtime, _runtime_versions(), _file_identity(target), _file_identity(draft)))
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _path() -> Path:
+    """``$CODECUE_MACHINE_COSTS`` overrides where the measurements are kept (tests use a throwaway file)."""
+    override = os.environ.get("CODECUE_MACHINE_COSTS")
+    return Path(override) if override else cache_dir() / COSTS_FILE
+
+
+def _read_all() -> dict[str, Any]:
+    try:
+        data = json.loads(_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_machine_costs(runtime: str, target: str | None, draft: str | None) -> MachineCosts | None:
+    """What was measured for this runtime and model pair on this machine, if anything."""
+    entry = _read_all().get(costs_key(runtime, target, draft))
+    if not isinstance(entry, dict):
+        return None
+    try:
+        return MachineCosts.from_json(entry)
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("ignoring a broken entry in %s (%s)", _path(), exc)
+        return None
+
+
+def store_machine_costs(measured: MachineCosts, target: str | None, draft: str | None) -> None:
+    entries = _read_all()
+    entries[costs_key(measured.runtime, target, draft)] = measured.to_json() | {
+        "target": target, "draft": draft}
+    try:
+        atomic_write_text(_path(), json.dumps(entries, indent=1, sort_keys=True) + "\n")
+    except OSError as exc:  # a read-only or full cache: measured again next time
+        log.warning("could not save the measured costs (%s)", exc)
+
+
+def measure_machine_costs(completer: Any, prompt_text: str, *, k_max: int = DEFAULT_K_MAX,
+                          repeats: int = QUICK_REPEATS, should_stop: Callable[[], bool] | None = None,
+                          prefill_tokens: int = 128, min_context: int = 256) -> MachineCosts:
+    """Time the pair where its caches stand: a prefill of ``prefill_tokens``, target passes over 1..k_max+1
+    tokens and a draft step (when there is a draft), ``repeats`` times each. Every pass is rolled back, so
+    the caches hold what they held before (the next completion still reuses them); a cache shorter than
+    ``min_context`` is first filled from ``prompt_text`` so that attention costs what it does in use.
+
+    ``should_stop()`` is asked between passes; when it says yes, :class:`MeasurementAbandoned` is raised
+    (the caches are consistent).
+    """
+    from codecue.tuning.tuner import costs_from_timings
+
+    def check() -> None:
+        if should_stop is not None and should_stop():
+            raise MeasurementAbandoned()
+
+    ids = completer.tokenizer.encode(prompt_text, add_special_tokens=False)
+    need = min_context + prefill_tokens + k_max + 1
+    ids = (ids * (need // max(len(ids), 1) + 1))[:need]
+    filler, probe = ids[:min_context], ids[min_context:]
+    target, draft = completer.target, completer.draft
+    with completer.lock:
+        for seq in (target, draft):
+            if seq is not None and len(seq) < min_context:
+                seq.sync(filler, 1)
+                check()
+        length_t = len(target)
+        start = time.perf_counter()
+        target.extend(probe[:prefill_tokens], 1)
+        prefill_ms_per_token = (time.perf_counter() - start) * 1e3 / prefill_tokens
+        target.truncate(length_t)
+        length_d = len(draft) if draft is not None else 0
+        passes: dict[int, list[float]] = {n: [] for n in range(1, k_max + 2)}
+        draft_steps: list[float] = []
+        sizes = range(1, k_max + 2) if draft is not None else range(1, 2)
+        for _ in range(repeats):
+            for n in sizes:
+                check()
+                start = time.perf_counter()
+                target.extend(probe[:n], n)
+                passes[n].append(time.perf_counter() - start)
+                target.truncate(length_t)
+            if draft is not None:
+                check()
+                start = time.perf_counter()
+                draft.extend(probe[:1], 1)
+                draft_steps.append(time.perf_counter() - start)
+                draft.truncate(length_d)
+    step_ms = statistics.median(passes[1]) * 1e3
+    costs = costs_from_timings(draft_steps, {n: t for n, t in passes.items() if t}) if draft is not None else None
+    return MachineCosts(completer.runtime, step_ms, prefill_ms_per_token, costs, cpu_model_name(), time.time())
+
+
+def probe_text() -> str:
+    """A real source file of the tuning corpus: what the measurement's prompt is cut from."""
+    corpus = Path(__file__).resolve().parents[1] / "bench" / "corpus" / "tuning" / "python"
+    files = sorted(corpus.glob("*.py"))
+    return "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files[:3])

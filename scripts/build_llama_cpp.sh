@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Build and install llama-cpp-python from its sdist with CodeCue's patches applied (scripts/patches/).
+#
+# Why: the stock build compiles llama.cpp with -march=native, and on CPUs with AMX (Intel Xeon Sapphire
+# Rapids and later) its AMX matmul faults at `ldtilecfg` on any multi-token decode (llama.cpp #20824: GCC
+# drops the stores that fill the tile configuration on the stack). The patch keeps the configuration in
+# read-only data. CPUs without AMX build the same source and never reach that code.
+#
+# The wheel is native to this CPU, so it is cached per CPU model and flags under
+# ${CODECUE_CACHE_DIR:-~/.cache/codecue}/wheels/<cpu key>/ and rebuilt only for another CPU or patch set.
+#   bash scripts/build_llama_cpp.sh [PYTHON]     # default PYTHON: .venv/bin/python
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VPY=${1:-.venv/bin/python}
+VERSION=0.3.36
+PATCHES=(scripts/patches/llama-cpp-python-${VERSION}-*.patch)
+# The local version label names the patch set, so a changed patch is a new wheel.
+patch_key=$(cat "${PATCHES[@]}" | sha256sum | cut -c1-8)
+LOCAL_VERSION="${VERSION}+codecue.${patch_key}"
+cpu_key=$( (grep -m1 '^model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo) | sha256sum | cut -c1-12)
+CACHE=${CODECUE_CACHE_DIR:-$HOME/.cache/codecue}/wheels/$cpu_key
+mkdir -p "$CACHE"
+
+installed=$("$VPY" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)
+if [ "$installed" = "$LOCAL_VERSION" ]; then
+  echo "llama-cpp-python $LOCAL_VERSION already installed"
+  exit 0
+fi
+
+wheel=$(ls "$CACHE"/llama_cpp_python-"$LOCAL_VERSION"-*.whl 2>/dev/null | head -1 || true)
+if [ -z "$wheel" ]; then
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  echo "fetching the llama-cpp-python $VERSION sdist"
+  "$VPY" -m pip download -q --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$VERSION"
+  tar -xzf "$work"/llama_cpp_python-"$VERSION".tar.gz -C "$work"
+  src="$work/llama_cpp_python-$VERSION"
+  for p in "${PATCHES[@]}"; do
+    echo "applying $(basename "$p")"
+    patch -s -p1 -d "$src" < "$p"
+  done
+  sed -i "s/^__version__ = \"$VERSION\"/__version__ = \"$LOCAL_VERSION\"/" "$src/llama_cpp/__init__.py"
+  echo "compiling llama.cpp (several minutes on 2 cores, once per CPU)"
+  start=$(date +%s)
+  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+    "$VPY" -m pip wheel -q --no-deps -w "$work/out" "$src"
+  # Into the cache by rename, so an interrupted build never leaves a half-written wheel there.
+  built=$(ls "$work"/out/llama_cpp_python-*.whl)
+  cp "$built" "$CACHE/.partial.whl"
+  mv "$CACHE/.partial.whl" "$CACHE/$(basename "$built")"
+  wheel="$CACHE/$(basename "$built")"
+  echo "built in $(( $(date +%s) - start )) s: $wheel"
+fi
+"$VPY" -m pip install -q --force-reinstall --no-deps "$wheel"
+"$VPY" -m pip install -q "$wheel"   # its dependencies (numpy, diskcache, jinja2, typing-extensions)
+echo "llama-cpp-python $LOCAL_VERSION installed"
