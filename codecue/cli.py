@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "daemon": ("codecue.server.daemon_cli", "start, stop or query the per-user daemon"),
     "explain": ("codecue.context.cli", "show the cursor context, K and scope at a position"),
     "tune": ("codecue.tuning.cli", "measure acceptance per language and context, write a K profile"),
+    "doctor": ("codecue.commands.doctor", "this machine: native runtime checks, measured costs, the runtime plan"),
 }
 
 

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -114,6 +114,25 @@ def check_same_tokenizer(target: Any, draft: Any) -> None:
         )
 
 
+def _apply_plan(config: CompleterConfig, target_src: Any) -> CompleterConfig:
+    """``--backend auto`` for a GGUF target on a CPU: the runtime plan's choice for this machine."""
+    from codecue.backends import cuda_available
+    from codecue.models.resolve import resolve_model
+    from codecue.tuning.plan import make_plan
+
+    if target_src.kind != "gguf" or cuda_available():
+        return config
+    draft_src = resolve_model(config.draft, "draft") if config.draft_mode in ("hybrid", "model") else None
+    if draft_src is not None and draft_src.kind != "gguf":
+        return config
+    plan = make_plan(str(target_src.path), str(draft_src.path) if draft_src else None)
+    chosen = plan.chosen
+    log.info("runtime plan: %s (%s)", chosen.label, plan.reason)
+    mode = config.draft_mode if chosen.speculative else "none"
+    return replace(config, backend=chosen.backend, draft_backend=chosen.draft_backend, draft_mode=mode,
+                   k=0 if mode == "none" else config.k)
+
+
 class Completer:
     """Holds the models and their caches; one completion at a time (``lock``)."""
 
@@ -159,6 +178,8 @@ class Completer:
         config = config or CompleterConfig()
         config.validate()
         target_src = resolve_model(config.target, "target")
+        if config.backend == "auto" and config.draft_backend is None:
+            config = _apply_plan(config, target_src)
         need_draft = config.draft_mode in ("hybrid", "model")
         draft_src = resolve_model(config.draft, "draft") if need_draft else None
         if draft_src is not None:

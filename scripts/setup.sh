@@ -27,17 +27,12 @@ fi
 step "installing codecue and its dependencies"
 "$VPY" -m pip install -q -e '.[dev]'
 
-# llama.cpp is compiled from source by llama-cpp-python (about 6 minutes on 2 cores, once: pip keeps the
-# built wheel in its cache). Without it CodeCue falls back to the torch backend.
-if ! "$VPY" -c 'import llama_cpp' 2>/dev/null; then
-  step "building llama-cpp-python (compiles llama.cpp; ~6 min on 2 cores the first time)"
-  start=$(date +%s)
-  if CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-     "$VPY" -m pip install -q 'llama-cpp-python>=0.3.36,<0.4'; then
-    echo "llama-cpp-python ready in $(( $(date +%s) - start )) s"
-  else
-    echo "WARNING: llama-cpp-python failed to build; CodeCue will use the torch backend." >&2
-  fi
+# llama.cpp is compiled from source (about 5 minutes on 2 cores, once per CPU: the wheel is cached), from
+# llama-cpp-python's sdist with CodeCue's patches (scripts/patches/: the AMX tile-configuration fix that
+# Sapphire Rapids and later need). Without it CodeCue falls back to the torch backend.
+step "llama-cpp-python (patched build, cached per CPU)"
+if ! bash scripts/build_llama_cpp.sh "$VPY"; then
+  echo "WARNING: llama-cpp-python failed to build; CodeCue will use the torch backend." >&2
 fi
 
 step "fetching the default models (target Qwen2.5-Coder-1.5B Q4_K_M, draft 0.5B Q5_0)"

@@ -3,7 +3,6 @@ are checked in a child process (cached per machine, build and model file) before
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from pathlib import Path

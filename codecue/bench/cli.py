@@ -8,12 +8,16 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from codecue.commands.common import add_model_arguments, config_from_args
 from codecue.errors import CodeCueError
 
 LANGUAGES = ["python", "javascript", "typescript", "go", "rust", "java", "c", "cpp"]
-DEFAULT_METHODS = ["target", "draft", "ngram", "hybrid", "hf-assisted"]
+DEFAULT_METHODS = ["target", "default", "draft", "ngram", "hybrid", "hf-assisted", "llama-target", "llama-lookup",
+                   "llama-draft"]
+QUICK_METHODS = ["target", "default", "llama-target"]
+DEFAULT_METHOD = "default"  # the configuration the runtime plan chose, K from the policy with this machine's costs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -176,19 +180,18 @@ def run(args: argparse.Namespace) -> int:
         from codecue.server.replay import main_from_args
 
         return main_from_args(args)
-    methods = args.methods or DEFAULT_METHODS
+    methods = args.methods or (QUICK_METHODS if args.quick else DEFAULT_METHODS)
     if args.k_compare:
         if any(not 1 <= k <= 64 for k in args.k_compare):
             raise CodeCueError("--k-compare values must be in 1..64")
         methods = [*(args.methods or []), *(f"{args.compare_mode}@{k}" for k in sorted(set(args.k_compare))),
                    f"{args.compare_mode}@{TUNED}"]
-    unknown = [m for m in methods if not is_engine_method(m) and m not in PEER_METHODS]
+    unknown = [m for m in methods if not is_engine_method(m) and m not in PEER_METHODS and m != DEFAULT_METHOD]
     if unknown:
         raise CodeCueError(f"unknown method(s) {unknown}",
                            f"choose from target, draft, ngram, hybrid (optionally @K or @{TUNED}), "
                            f"{', '.join(PEER_METHODS)}")
-    if "target" not in methods:
-        methods = ["target", *methods]  # the baseline every ratio is measured against
+    methods = ["target", *(m for m in methods if m != "target")]  # the baseline, run first on every point
     per_file = args.per_file or (1 if args.quick else 4)
     points = load_points_file(args.points) if args.points else builtin_points(args.languages, per_file)
     if args.quick and not args.points:
@@ -200,7 +203,14 @@ def run(args: argparse.Namespace) -> int:
         raise CodeCueError("--prompt-tokens must be at least 64")
     config.budget = PromptBudget.for_benchmark(args.prompt_tokens)
     started = time.perf_counter()
-    backends = args.backends or [args.backend]
+    plan = None
+    if not args.backends and args.backend == "auto" and args.draft_backend is None:
+        plan = _plan_for(config)
+        if plan is not None:
+            # Load the plan's runtime with a draft (the other methods need it); ``default`` decodes as planned.
+            args.draft_backend = plan.chosen.draft_backend or plan.chosen.backend
+            print(f"runtime plan: {plan.chosen.label} ({plan.reason})", file=sys.stderr)
+    backends = args.backends or [plan.chosen.backend if plan else args.backend]
     records = []
     labels = []
     progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -217,10 +227,10 @@ def run(args: argparse.Namespace) -> int:
         name = completer.runtime
         label = (lambda m, name=name: f"{name}:{m}") if len(backends) > 1 else (lambda m: m)
         # peers run once, next to the backend they belong to
-        wanted = [m for m in methods if is_engine_method(m)
-                  or (m == "hf-assisted" and name == "torch")
-                  or (m.startswith("llama-") and name == "llamacpp" and i == backends.index(backend))]
-        extra = _llama_peer_methods(completer, config, args.max_tokens) if name == "llamacpp" else {}
+        extra = _llama_peer_methods(completer, config, args.max_tokens) if i == 0 else {}
+        extra[DEFAULT_METHOD] = _default_method(completer, plan, args.max_tokens)
+        wanted = [m for m in methods if is_engine_method(m) or m in extra
+                  or (m == "hf-assisted" and name == "torch")]
         print(f"{len(points)} points x {len(wanted)} methods on {name}, max {args.max_tokens} tokens, K={config.k}",
               file=sys.stderr)
         tuned_k = None
@@ -233,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{policy.costs.draft_cost:.2f}, verify K=4 {policy.costs.verify_cost(4):.2f})", file=sys.stderr)
         records += run_points(completer, points, wanted, max_tokens=args.max_tokens, k=config.k,
                               progress=progress, extra_methods=extra, label=label, tuned_k=tuned_k)
-        labels += [label(m) if is_engine_method(m) or m == "hf-assisted" else m for m in wanted]
+        labels += [label(m) if is_engine_method(m) or m in ("hf-assisted", DEFAULT_METHOD) else m for m in wanted]
         del completer
     baseline = args.baseline or labels[0]
     summaries = summarise(records, baseline)
@@ -242,6 +252,8 @@ def run(args: argparse.Namespace) -> int:
              f"backends {'+'.join(backends)}, speedup vs {baseline}, {platform.machine()} {_cpu_count()} cores")
     print(title)
     print(format_table(summaries, methods))
+    for line in peer_ratio_lines(records, labels):
+        print(line)
     comparison = k_comparison(summaries, labels, records, baseline) if args.k_compare else None
     if comparison:
         print(format_k_comparison(comparison))
@@ -265,18 +277,22 @@ def run(args: argparse.Namespace) -> int:
 
 def _llama_peer_methods(completer, config, max_tokens: int) -> dict:
     """llama.cpp's own modes on the same GGUF models, as bench methods."""
+    import importlib.util
+
+    from codecue.backends import checked_llamacpp_layout
     from codecue.bench.llamacpp_peers import get_peers
     from codecue.bench.runner import RunRecord
     from codecue.models.resolve import resolve_model
 
     target = resolve_model(config.target, "target")
     draft = resolve_model(config.draft, "draft")
-    if target.kind != "gguf" or draft.kind != "gguf":
+    if target.kind != "gguf" or draft.kind != "gguf" or importlib.util.find_spec("llama_cpp") is None:
         return {}
+    repack = checked_llamacpp_layout(target.path)  # the layout this machine's check allows, as CodeCue's
 
     def make(mode: str):
         def run_peer(point, prompt):
-            peers = get_peers(target.path, draft.path if mode == "llama-draft" else None)
+            peers = get_peers(target.path, draft.path if mode == "llama-draft" else None, repack=repack)
             fn = {"llama-target": peers.target_only, "llama-lookup": peers.prompt_lookup,
                   "llama-draft": peers.draft_model}[mode]
             ids, t = fn(prompt, max_tokens, stop_ids=completer.eos_ids)
@@ -287,6 +303,56 @@ def _llama_peer_methods(completer, config, max_tokens: int) -> dict:
 
     return {m: make(m) for m in ("llama-target", "llama-lookup", "llama-draft")}
 
+
+def _plan_for(config) -> Any:
+    """The runtime plan for the configured pair (None where it does not apply: not GGUF, CUDA)."""
+    from codecue.backends import cuda_available
+    from codecue.models.resolve import resolve_model
+    from codecue.tuning.plan import make_plan
+
+    target, draft = resolve_model(config.target, "target"), resolve_model(config.draft, "draft")
+    if target.kind != "gguf" or draft.kind != "gguf" or cuda_available():
+        return None
+    return make_plan(str(target.path), str(draft.path))
+
+
+def _default_method(completer, plan, max_tokens: int):
+    """CodeCue as it serves by default: the plan's decoding, K per cursor context from the policy priced
+    with this machine's measured costs (0 where nothing is measured or drafting does not pay)."""
+    from codecue.bench.runner import RunRecord, point_context
+    from codecue.tuning.machine_costs import policy_for
+
+    speculative = plan is None or plan.chosen.speculative
+    policy = policy_for(completer.runtime, *completer.names) if speculative else None
+
+    def run_default(point, prompt):
+        k = policy.current_k(*point_context(point)) if policy is not None else 0
+        completer.reset_caches()
+        r = completer.generate_ids(prompt, max_tokens=max_tokens, k=k, draft_mode="hybrid" if k else "none")
+        s = r.stats
+        return RunRecord("", "", DEFAULT_METHOD, r.tokens, r.text, s.ttft_ms, s.tpot_ms, s.total_ms, s.new_tokens,
+                         s.drafted, s.accepted, s.rounds, note=f"K={k}")
+
+    return run_default
+
+
+def peer_ratio_lines(records: list, labels: list[str]) -> list[str]:
+    """Median over points of llama-cpp-python's target-only time per token / each CodeCue method's (> 1:
+    CodeCue is faster than the plain decoder a user would otherwise run)."""
+    import statistics
+
+    plain = {r.point: r.tpot_ms for r in records if r.method == "llama-target" and r.tpot_ms > 0}
+    if not plain:
+        return []
+    lines = []
+    for label in labels:
+        if label.startswith("llama-"):
+            continue
+        ratios = [plain[r.point] / r.tpot_ms for r in records if r.method == label and r.point in plain and r.tpot_ms > 0]
+        if ratios:
+            lines.append(f"{label} vs llama-cpp-python target-only: median time-per-token ratio "
+                         f"{statistics.median(ratios):.3f} over {len(ratios)} points (> 1: faster)")
+    return lines
 
 
 def _cpu_count() -> int:

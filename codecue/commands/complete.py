@@ -47,13 +47,18 @@ def run(args: argparse.Namespace) -> int:
     context = cursor_context(args.file, text, args.line, args.character)
     stop_predicate = None if args.no_scope_stop else scope_stop(args.file, text, args.line, args.character, context)
     completer = Completer.load(config)
-    k_source = "option" if args.k is not None or config.k == 0 else "default"
+    config = completer.config  # --backend auto: what the runtime plan chose
+    if args.k is not None or args.draft_mode == "none":
+        k_source = "option"
+    else:
+        k_source = "plan" if config.k == 0 else "default"  # the runtime plan chose target-only decoding
     if k_source == "default" and context is not None and completer.draft is not None:
         # As the language server does: the K profile's depth for this language and context class,
         # priced with this runtime's costs (0 where drafting would not pay here).
-        from codecue.tuning.policy import KPolicy
+        from codecue.tuning.machine_costs import policy_for
 
-        config.k = KPolicy.load(runtime=completer.runtime).current_k(context.language, context.context_class)
+        policy = policy_for(completer.runtime, *completer.names)
+        config.k = policy.current_k(context.language, context.context_class)
         k_source = "profile"
     printed = {"n": 0}
 

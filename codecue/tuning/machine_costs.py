@@ -23,7 +23,7 @@ from typing import Any
 
 from codecue.backends.native_check import cpu_model_name, cpu_signature
 from codecue.paths import atomic_write_text, cache_dir
-from codecue.tuning.policy import DEFAULT_K_MAX, CostModel
+from codecue.tuning.policy import DEFAULT_K_MAX, CostModel, KPolicy
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class MachineCosts:
                                "measured_at": self.measured_at}
         if self.costs is not None:
             out["draft_cost"] = self.costs.draft_cost
+            out["verify_per_token"] = self.costs.verify_per_token
             out["verify_costs"] = list(self.costs.verify_costs)
         return out
 
@@ -59,9 +60,8 @@ class MachineCosts:
     def from_json(cls, data: dict[str, Any]) -> MachineCosts:
         costs = None
         if "verify_costs" in data:
-            verify = tuple(float(c) for c in data["verify_costs"])
-            per_token = (verify[-1] - 1.0) / (len(verify) - 1) if len(verify) > 1 else 0.05
-            costs = CostModel(float(data["draft_cost"]), max(per_token, 0.0), verify)
+            costs = CostModel(float(data["draft_cost"]), float(data["verify_per_token"]),
+                              tuple(float(c) for c in data["verify_costs"]))
         return cls(str(data["runtime"]), float(data["target_step_ms"]), float(data["prefill_ms_per_token"]),
                    costs, str(data.get("cpu", "")), float(data.get("measured_at", 0.0)))
 
@@ -92,7 +92,7 @@ def costs_key(runtime: str, target: str | None, draft: str | None) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def _path() -> Path:
+def costs_file() -> Path:
     """``$CODECUE_MACHINE_COSTS`` overrides where the measurements are kept (tests use a throwaway file)."""
     override = os.environ.get("CODECUE_MACHINE_COSTS")
     return Path(override) if override else cache_dir() / COSTS_FILE
@@ -100,7 +100,7 @@ def _path() -> Path:
 
 def _read_all() -> dict[str, Any]:
     try:
-        data = json.loads(_path().read_text(encoding="utf-8"))
+        data = json.loads(costs_file().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -114,7 +114,7 @@ def load_machine_costs(runtime: str, target: str | None, draft: str | None) -> M
     try:
         return MachineCosts.from_json(entry)
     except (KeyError, TypeError, ValueError) as exc:
-        log.warning("ignoring a broken entry in %s (%s)", _path(), exc)
+        log.warning("ignoring a broken entry in %s (%s)", costs_file(), exc)
         return None
 
 
@@ -123,9 +123,18 @@ def store_machine_costs(measured: MachineCosts, target: str | None, draft: str |
     entries[costs_key(measured.runtime, target, draft)] = measured.to_json() | {
         "target": target, "draft": draft}
     try:
-        atomic_write_text(_path(), json.dumps(entries, indent=1, sort_keys=True) + "\n")
+        atomic_write_text(costs_file(), json.dumps(entries, indent=1, sort_keys=True) + "\n")
     except OSError as exc:  # a read-only or full cache: measured again next time
         log.warning("could not save the measured costs (%s)", exc)
+
+
+def policy_for(runtime: str, target: str | None, draft: str | None, profile_path: str | None = None) -> KPolicy:
+    """The K policy for ``runtime`` with the costs this machine measured for the pair (K = 0 without)."""
+    policy = KPolicy.load(profile_path, runtime=runtime)
+    measured = load_machine_costs(runtime, target, draft)
+    if measured is not None and measured.costs is not None:
+        policy.use_measured_costs(runtime, measured.costs)
+    return policy
 
 
 def measure_machine_costs(completer: Any, prompt_text: str, *, k_max: int = DEFAULT_K_MAX,
@@ -139,8 +148,6 @@ def measure_machine_costs(completer: Any, prompt_text: str, *, k_max: int = DEFA
     ``should_stop()`` is asked between passes; when it says yes, :class:`MeasurementAbandoned` is raised
     (the caches are consistent).
     """
-    from codecue.tuning.tuner import costs_from_timings
-
     def check() -> None:
         if should_stop is not None and should_stop():
             raise MeasurementAbandoned()
@@ -151,32 +158,46 @@ def measure_machine_costs(completer: Any, prompt_text: str, *, k_max: int = DEFA
     filler, probe = ids[:min_context], ids[min_context:]
     target, draft = completer.target, completer.draft
     with completer.lock:
-        for seq in (target, draft):
-            if seq is not None and len(seq) < min_context:
-                seq.sync(filler, 1)
-                check()
-        length_t = len(target)
-        start = time.perf_counter()
-        target.extend(probe[:prefill_tokens], 1)
-        prefill_ms_per_token = (time.perf_counter() - start) * 1e3 / prefill_tokens
-        target.truncate(length_t)
-        length_d = len(draft) if draft is not None else 0
-        passes: dict[int, list[float]] = {n: [] for n in range(1, k_max + 2)}
-        draft_steps: list[float] = []
-        sizes = range(1, k_max + 2) if draft is not None else range(1, 2)
-        for _ in range(repeats):
-            for n in sizes:
-                check()
-                start = time.perf_counter()
-                target.extend(probe[:n], n)
-                passes[n].append(time.perf_counter() - start)
-                target.truncate(length_t)
-            if draft is not None:
-                check()
-                start = time.perf_counter()
-                draft.extend(probe[:1], 1)
-                draft_steps.append(time.perf_counter() - start)
-                draft.truncate(length_d)
+        kept = {id(seq): len(seq) for seq in (target, draft) if seq is not None}
+        try:
+            return _timed_passes(completer, filler, probe, k_max, repeats, prefill_tokens, min_context, check)
+        finally:
+            for seq in (target, draft):
+                if seq is not None:
+                    seq.truncate(kept[id(seq)])
+
+
+def _timed_passes(completer: Any, filler: list[int], probe: list[int], k_max: int, repeats: int,
+                  prefill_tokens: int, min_context: int, check: Callable[[], None]) -> MachineCosts:
+    from codecue.tuning.tuner import costs_from_timings
+
+    target, draft = completer.target, completer.draft
+    for seq in (target, draft):
+        if seq is not None and len(seq) < min_context:
+            seq.extend(filler[: min_context - len(seq)], 1)
+            check()
+    length_t = len(target)
+    start = time.perf_counter()
+    target.extend(probe[:prefill_tokens], 1)
+    prefill_ms_per_token = (time.perf_counter() - start) * 1e3 / prefill_tokens
+    target.truncate(length_t)
+    length_d = len(draft) if draft is not None else 0
+    passes: dict[int, list[float]] = {n: [] for n in range(1, k_max + 2)}
+    draft_steps: list[float] = []
+    sizes = range(1, k_max + 2) if draft is not None else range(1, 2)
+    for _ in range(repeats):
+        for n in sizes:
+            check()
+            start = time.perf_counter()
+            target.extend(probe[:n], n)
+            passes[n].append(time.perf_counter() - start)
+            target.truncate(length_t)
+        if draft is not None:
+            check()
+            start = time.perf_counter()
+            draft.extend(probe[:1], 1)
+            draft_steps.append(time.perf_counter() - start)
+            draft.truncate(length_d)
     step_ms = statistics.median(passes[1]) * 1e3
     costs = costs_from_timings(draft_steps, {n: t for n, t in passes.items() if t}) if draft is not None else None
     return MachineCosts(completer.runtime, step_ms, prefill_ms_per_token, costs, cpu_model_name(), time.time())

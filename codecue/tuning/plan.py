@@ -1,0 +1,135 @@
+"""The runtime plan: which configuration serves fastest on this machine, from costs measured here.
+
+Candidates are the runtimes and pairings present: llama.cpp target-only, llama.cpp speculative (target
+and draft on llama.cpp), torch target with a llama.cpp draft, and torch. Each is priced with what was
+measured on this machine (:mod:`codecue.tuning.machine_costs`) and the profile's recorded rounds: expected
+time per token = target step / replayed speedup at the best K (1 for target-only), time to first token =
+prefill per token x a typical prompt. The plan picks the lowest time per token, then the lowest TTFT.
+Unmeasured candidates are listed but never chosen; with nothing measured the plan falls back to the
+cheapest safe default (llama.cpp target-only where llama.cpp is installed, else torch).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+from dataclasses import dataclass
+
+from codecue.engine.rounds import RoundRecord
+from codecue.tuning.machine_costs import MachineCosts, load_machine_costs
+from codecue.tuning.policy import DEFAULT_K_MAX, best_k_replay
+from codecue.tuning.profile import Profile, load_profile
+
+TYPICAL_PROMPT_TOKENS = 1000
+TIE = 0.02  # time-per-token estimates within 2% are a tie; TTFT decides
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to serve: the target's runtime, the draft's (None: no draft) and the drafting mode."""
+
+    label: str
+    backend: str
+    draft_backend: str | None
+    draft_mode: str
+
+    @property
+    def runtime(self) -> str:
+        """The runtime label a Completer reports for this candidate (what costs are keyed by)."""
+        if self.draft_backend is None or self.draft_backend == self.backend:
+            return self.backend
+        return f"{self.backend}+{self.draft_backend}"
+
+    @property
+    def speculative(self) -> bool:
+        return self.draft_backend is not None
+
+
+LLAMACPP_TARGET_ONLY = Candidate("llama.cpp target-only", "llamacpp", None, "none")
+LLAMACPP_SPECULATIVE = Candidate("llama.cpp speculative", "llamacpp", "llamacpp", "hybrid")
+TORCH_WITH_LLAMACPP_DRAFT = Candidate("torch target + llama.cpp draft", "torch", "llamacpp", "hybrid")
+TORCH_SPECULATIVE = Candidate("torch speculative", "torch", "torch", "hybrid")
+
+
+def candidates(llamacpp: bool | None = None) -> list[Candidate]:
+    if llamacpp is None:
+        llamacpp = importlib.util.find_spec("llama_cpp") is not None
+    torch_only = [TORCH_SPECULATIVE]
+    if not llamacpp:
+        return torch_only
+    return [LLAMACPP_TARGET_ONLY, LLAMACPP_SPECULATIVE, TORCH_WITH_LLAMACPP_DRAFT, *torch_only]
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    candidate: Candidate
+    measured: MachineCosts | None
+    k: int = 0
+    speedup: float = 1.0  # replayed, over the candidate's own target step
+    ms_per_token: float | None = None
+    ttft_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    rows: list[PlanRow]
+    chosen: Candidate
+    reason: str
+
+    def row(self, candidate: Candidate) -> PlanRow | None:
+        return next((r for r in self.rows if r.candidate == candidate), None)
+
+
+def all_rounds(profile: Profile) -> Counter[RoundRecord]:
+    """Every recorded round of the profile, each class and language counted as recorded."""
+    pooled: Counter[RoundRecord] = Counter()
+    for records in profile.rounds_by_key().values():
+        pooled.update(records)
+    return pooled
+
+
+def price(candidate: Candidate, measured: MachineCosts | None, rounds: Counter[RoundRecord],
+          k_max: int = DEFAULT_K_MAX) -> PlanRow:
+    """Expected time per token and to first token of ``candidate`` from what was measured for it."""
+    if measured is None:
+        return PlanRow(candidate, None)
+    k, speedup = 0, 1.0
+    if candidate.speculative and measured.costs is not None and rounds:
+        k, speedup = best_k_replay(rounds, measured.costs, k_max)
+    return PlanRow(candidate, measured, k, speedup, measured.target_step_ms / speedup,
+                   measured.prefill_ms_per_token * TYPICAL_PROMPT_TOKENS)
+
+
+def measured_for(candidate: Candidate, target: str, draft: str | None) -> MachineCosts | None:
+    """What this machine measured for the candidate. A target-only candidate also takes the target timings
+    of a speculative measurement on the same runtime (the target step is the same)."""
+    if not candidate.speculative:
+        own = load_machine_costs(candidate.runtime, target, None)
+        if own is not None or draft is None:
+            return own
+        with_draft = load_machine_costs(candidate.runtime, target, draft)
+        if with_draft is None:
+            return None
+        return MachineCosts(with_draft.runtime, with_draft.target_step_ms, with_draft.prefill_ms_per_token, None,
+                            with_draft.cpu, with_draft.measured_at)
+    return load_machine_costs(candidate.runtime, target, draft) if draft else None
+
+
+def make_plan(target: str, draft: str | None, profile: Profile | None = None,
+              llamacpp: bool | None = None) -> Plan:
+    """The plan for serving ``target`` (with ``draft``) on this machine; paths are resolved model files."""
+    profile = profile if profile is not None else load_profile()
+    rounds = all_rounds(profile)
+    rows = [price(c, measured_for(c, target, draft), rounds, profile.k_max) for c in candidates(llamacpp)]
+    priced = [r for r in rows if r.ms_per_token is not None]
+    if not priced:
+        # Loaded with its draft but decoding target-only (K = 0 while costs are unknown), so that the
+        # server's idle-time measurement covers both the target step and the draft.
+        fallback = LLAMACPP_SPECULATIVE if rows[0].candidate == LLAMACPP_TARGET_ONLY else rows[0].candidate
+        return Plan(rows, fallback, "nothing measured on this machine yet: target-only decoding until costs are "
+                                    "measured (`codecue doctor --measure`, or the server in idle time)")
+    fastest = min(r.ms_per_token for r in priced)
+    close = [r for r in priced if r.ms_per_token <= fastest * (1 + TIE)]
+    best = min(close, key=lambda r: (r.ttft_ms or 0.0, r.ms_per_token))
+    return Plan(rows, best.candidate, f"lowest expected time per token ({best.ms_per_token:.1f} ms)"
+                + (f", then lowest time to first token among {len(close)} within {TIE:.0%}" if len(close) > 1 else ""))

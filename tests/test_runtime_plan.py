@@ -1,0 +1,160 @@
+"""Costs measured on this machine, and the runtime plan built from them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from codecue.engine.rounds import RoundRecord
+from codecue.tuning.machine_costs import (
+    MachineCosts,
+    MeasurementAbandoned,
+    load_machine_costs,
+    measure_machine_costs,
+    policy_for,
+    store_machine_costs,
+)
+from codecue.tuning.plan import (
+    LLAMACPP_SPECULATIVE,
+    LLAMACPP_TARGET_ONLY,
+    TORCH_SPECULATIVE,
+    TORCH_WITH_LLAMACPP_DRAFT,
+    make_plan,
+)
+from codecue.tuning.policy import CostModel
+from codecue.tuning.profile import ClassProfile, Profile
+
+TEXT = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n" * 20
+
+
+@pytest.fixture()
+def costs_file(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "costs.json"
+    monkeypatch.setenv("CODECUE_MACHINE_COSTS", str(path))
+    return path
+
+
+@pytest.fixture()
+def pair(tmp_path) -> tuple[str, str]:
+    target, draft = tmp_path / "target.gguf", tmp_path / "draft.gguf"
+    target.write_bytes(b"t" * 100)
+    draft.write_bytes(b"d" * 50)
+    return str(target), str(draft)
+
+
+def profile_with_rounds(records: dict[RoundRecord, int]) -> Profile:
+    profile = Profile()
+    profile.set_entry("python", "identifier", ClassProfile(k=4, acceptance=0.9, rounds=records))
+    return profile
+
+
+def test_measurement_keeps_the_caches_and_gives_way_to_a_request(make_completer, costs_file):
+    completer = make_completer()
+    prompt = completer.build_prompt(TEXT, "")
+    completer.target.sync(prompt, 1)
+    completer.draft.sync(prompt, 1)
+    before = (list(completer.target.tokens), list(completer.draft.tokens))
+    measured = measure_machine_costs(completer, TEXT, k_max=4, repeats=2)
+    assert measured.runtime == "torch" and measured.target_step_ms > 0 and measured.prefill_ms_per_token > 0
+    assert measured.costs is not None and len(measured.costs.verify_costs) == 5
+    assert (list(completer.target.tokens), list(completer.draft.tokens)) == before  # the next request reuses them
+
+    asked = []
+
+    def stop_on_third_question() -> bool:
+        asked.append(1)
+        return len(asked) >= 3
+
+    with pytest.raises(MeasurementAbandoned):
+        measure_machine_costs(completer, TEXT, k_max=4, repeats=2, should_stop=stop_on_third_question)
+    assert len(asked) == 3
+    assert (list(completer.target.tokens), list(completer.draft.tokens)) == before
+
+
+def test_costs_are_stored_per_machine_runtime_and_model_files(costs_file, pair):
+    target, draft = pair
+    measured = MachineCosts("llamacpp", 80.0, 10.0, CostModel(0.5, 0.2, (1.0, 1.5, 1.8)), "cpu", 1.0)
+    store_machine_costs(measured, target, draft)
+    assert load_machine_costs("llamacpp", target, draft) == measured
+    assert load_machine_costs("torch", target, draft) is None
+    assert load_machine_costs("llamacpp", target, None) is None
+    Path(target).write_bytes(b"another model file")
+    assert load_machine_costs("llamacpp", target, draft) is None  # re-measured for a changed file
+    costs_file.write_text("{ not json")
+    assert load_machine_costs("llamacpp", target, draft) is None
+
+
+def test_policy_uses_the_measured_costs_and_stays_off_without(costs_file, pair):
+    target, draft = pair
+    assert policy_for("llamacpp", target, draft).costs_unknown()
+    store_machine_costs(MachineCosts("llamacpp", 80.0, 10.0, CostModel(0.05, 0.01, (1.0, 1.01, 1.02, 1.03))),
+                        target, draft)
+    policy = policy_for("llamacpp", target, draft)
+    assert not policy.costs_unknown() and policy.costs.draft_cost == 0.05
+
+
+def test_plan_picks_the_lowest_expected_time_per_token(costs_file, pair):
+    target, draft = pair
+    rounds = {RoundRecord(4, 4, 4): 6, RoundRecord(4, 1, 4): 2}
+    profile = profile_with_rounds(rounds)
+
+    nothing = make_plan(target, draft, profile, llamacpp=True)
+    assert nothing.chosen == LLAMACPP_SPECULATIVE and "nothing measured" in nothing.reason
+    assert all(r.ms_per_token is None for r in nothing.rows)
+
+    # llama.cpp: a dear draft and verification, so speculation does not pay; the target-only row takes
+    # the target step from the speculative measurement.
+    dear = CostModel(0.6, 0.7, (1.0, 1.9, 2.7, 3.4, 4.1))
+    store_machine_costs(MachineCosts("llamacpp", 80.0, 10.0, dear), target, draft)
+    plan = make_plan(target, draft, profile, llamacpp=True)
+    assert plan.chosen == LLAMACPP_TARGET_ONLY
+    assert plan.row(LLAMACPP_TARGET_ONLY).ms_per_token == 80.0
+    assert plan.row(LLAMACPP_SPECULATIVE).k == 0 and plan.row(TORCH_SPECULATIVE).measured is None
+
+    # torch with a llama.cpp draft: a slower step but nearly flat verification and a cheap draft.
+    flat = CostModel(0.1, 0.05, (1.0, 1.05, 1.1, 1.15, 1.2))
+    store_machine_costs(MachineCosts("torch+llamacpp", 120.0, 20.0, flat), target, draft)
+    plan = make_plan(target, draft, profile, llamacpp=True)
+    row = plan.row(TORCH_WITH_LLAMACPP_DRAFT)
+    assert row.k > 0 and row.speedup > 1.5 and row.ms_per_token == pytest.approx(120.0 / row.speedup)
+    assert plan.chosen == TORCH_WITH_LLAMACPP_DRAFT
+
+    # Without llama.cpp only torch is a candidate.
+    assert [r.candidate for r in make_plan(target, draft, profile, llamacpp=False).rows] == [TORCH_SPECULATIVE]
+
+
+def test_plan_breaks_ties_by_time_to_first_token(costs_file, pair):
+    target, draft = pair
+    profile = profile_with_rounds({RoundRecord(2, 0, 2): 5})  # nothing is ever accepted
+    store_machine_costs(MachineCosts("llamacpp", 80.0, 12.0, None), target, None)
+    store_machine_costs(MachineCosts("torch", 80.5, 4.0, CostModel(0.5, 0.5, (1.0, 1.5, 2.0))), target, draft)
+    plan = make_plan(target, draft, profile, llamacpp=True)
+    assert plan.chosen == TORCH_SPECULATIVE and "first token" in plan.reason
+
+
+def test_the_server_measures_costs_in_idle_time_and_the_policy_uses_them(make_completer, costs_file, monkeypatch):
+    from codecue.server.context_hooks import ContextHooks
+    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+
+    completer = make_completer()
+    monkeypatch.setattr(ContextHooks, "_policy", None)
+    worker = ModelWorker(ModelChoice("t"), lambda choice: completer, idle_unload_s=None)
+    try:
+        assert load_machine_costs("torch", *completer.names) is None
+        worker.submit(GenerationJob(ModelChoice("t"), "def add(a, b):\n    ", "\n", max_tokens=4)).result(60)
+        deadline = time.monotonic() + 120
+        while worker.machine_costs is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert worker.machine_costs is not None and worker.machine_costs.runtime == "torch"
+        assert load_machine_costs("torch", *completer.names) == worker.machine_costs
+        policy = ContextHooks.policy()
+        assert policy.runtime == "torch" and not policy.costs_unknown()
+        assert policy.costs == worker.machine_costs.costs
+        # The caches still hold the completion's prompt: the next keystroke reuses it.
+        again = worker.submit(GenerationJob(ModelChoice("t"), "def add(a, b):\n    ", "\n", max_tokens=4))
+        assert again.result(60).stats.prefilled_tokens <= 2
+    finally:
+        worker.shutdown(timeout=10)
+        monkeypatch.setattr(ContextHooks, "_policy", None)
