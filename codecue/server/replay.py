@@ -167,7 +167,10 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
     from codecue.server.transport import serve_session
     from codecue.server.worker import ModelChoice, ModelWorker
 
-    worker = ModelWorker(ModelChoice(), factory=lambda choice: completer, idle_unload_s=None, reuse_cache=reuse)
+    # Costs are measured once per machine and pair, in idle time; a replay times keystrokes, so it leaves
+    # that to the server (a measurement in a pause would delay the keystroke after it by one timed pass).
+    worker = ModelWorker(ModelChoice(), factory=lambda choice: completer, idle_unload_s=None, reuse_cache=reuse,
+                         measure_costs=False)
     server = CodeCueServer(worker)
     server_sock, client_sock = socket.socketpair()
     s_reader, s_writer = await asyncio.open_connection(sock=server_sock, limit=STREAM_LIMIT)
