@@ -38,20 +38,39 @@ class ModelChoice:
     backend: str = "auto"
     draft_mode: str = "hybrid"
     dtype: str = "auto"  # torch backend weights; "auto" is measured at load time (fp32 or bf16)
+    remote: str | None = None  # a shared inference server's URL; the models above are then its fallback
 
     def with_models(self, target: str | None, draft: str | None) -> ModelChoice:
         return replace(self, target=target or self.target, draft=draft or self.draft)
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "draft": self.draft, "backend": self.backend, "draftMode": self.draft_mode,
-                "dtype": self.dtype}
+                "dtype": self.dtype, "remote": _display_url(self.remote)}
+
+
+def _display_url(url: str | None) -> str | None:
+    """A URL as status shows it: never with user:password."""
+    if url is None:
+        return None
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 CompleterFactory = Callable[[ModelChoice], "Completer"]
 
 
 def load_completer(choice: ModelChoice) -> Completer:
-    """The default factory: resolve and load the pair (heavy imports happen here, in the worker)."""
+    """The default factory: resolve and load the pair, or connect to the remote server with the pair as
+    its fallback (heavy imports happen here, in the worker)."""
+    if choice.remote is not None:
+        from codecue.remote_completion import RemoteCompleter
+
+        local = replace(choice, remote=None)
+        return RemoteCompleter.load(choice.remote, tokenizer_model=choice.target,  # type: ignore[return-value]
+                                    local_factory=lambda: load_completer(local))
     from codecue.completion import Completer, CompleterConfig
     from codecue.server.context_hooks import ContextHooks
 
@@ -204,14 +223,12 @@ class ModelWorker:
         if self._completer is None:
             return
         completer, self._completer, self._loaded = self._completer, None, None
-        for seq in (completer.target, completer.draft):
-            backend = getattr(seq, "backend", None)
-            close = getattr(backend, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # noqa: BLE001 - unloading must not take the worker down
-                    log.exception("closing a backend failed")
+        close = getattr(completer, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - unloading must not take the worker down
+                log.exception("closing the models failed")
         del completer
         gc.collect()
         self.unloads += 1
