@@ -153,14 +153,14 @@ class _Handler(BaseHTTPRequestHandler):
         record = StreamRecord()
         server.streams.append(record)
         self._start_stream()
-        tokens = server.tokens[: int(body.get("max_tokens", len(server.tokens)))]
+        all_tokens, delay = server.tokens, server.token_delay  # as when this stream started
+        tokens = all_tokens[: int(body.get("max_tokens", len(all_tokens)))]
         try:
             for i, token in enumerate(tokens):
-                if server.token_delay:
-                    if server.stop_event.wait(server.token_delay):
-                        return
+                if delay and server.stop_event.wait(delay):
+                    return
                 last = i == len(tokens) - 1
-                self._event(self._choice(token, ("length" if len(tokens) < len(server.tokens) else "stop")
+                self._event(self._choice(token, ("length" if len(tokens) < len(all_tokens) else "stop")
                                          if last else None))
                 record.sent += 1
             self._event("[DONE]")
