@@ -238,7 +238,7 @@ class RemoteClient:
         detail = redact(str(exc) or type(exc).__name__, key)
         if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
             return RemoteError(f"connecting to {url} timed out after {self.settings.connect_timeout:g} s",
-                               "is the server up and reachable? ([remote] connect_timeout)")
+                               "is the server up and reachable? [remote] connect_timeout sets the limit")
         if isinstance(exc, httpx.ConnectError):
             if "CERTIFICATE_VERIFY_FAILED" in detail or "certificate" in detail.lower():
                 return RemoteError(f"the TLS certificate of {url} could not be verified ({detail})",
@@ -344,7 +344,8 @@ class CompletionStream:
                 self.close()
                 name = "first_byte_timeout" if waiting_for == "the first token" else "read_timeout"
                 raise RemoteError(f"{url} sent nothing for {timeout:g} s while CodeCue waited for {waiting_for}",
-                                  f"the server is overloaded or stuck ([remote] {name})") from None
+                                  f"the server is overloaded or stuck; if it is only slow, raise [remote] {name}"
+                                  ) from None
             if item is _END:
                 if not finished:
                     raise RemoteError(f"{url} ended the event stream before the completion was done",

@@ -200,6 +200,17 @@ def run(args: argparse.Namespace) -> int:
         raise CodeCueError("--prompt-tokens must be at least 64")
     config.budget = PromptBudget.for_benchmark(args.prompt_tokens)
     started = time.perf_counter()
+    if args.backend == "remote" or args.remote:
+        from codecue.backends.remote import choose_remote_url
+        from codecue.bench.remote import run_remote_bench
+
+        url = choose_remote_url(args.remote, "remote")
+        summaries, labels = run_remote_bench(args, points, config, url)
+        print(f"codecue bench: {len(points)} points, {args.max_tokens} tokens, local (K={config.k}) vs remote "
+              f"{_display(url)}, speedup = local target-only TPOT / method TPOT")
+        print(format_table(summaries, labels))
+        print(f"({(time.perf_counter() - started) / 60:.1f} minutes)")
+        return 0
     backends = args.backends or [args.backend]
     records = []
     labels = []
@@ -287,6 +298,12 @@ def _llama_peer_methods(completer, config, max_tokens: int) -> dict:
 
     return {m: make(m) for m in ("llama-target", "llama-lookup", "llama-draft")}
 
+
+
+def _display(url: str) -> str:
+    from codecue.backends.remote import RemoteSettings
+
+    return RemoteSettings(url=url).display_url
 
 
 def _cpu_count() -> int:
