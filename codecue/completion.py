@@ -265,7 +265,9 @@ class Completer:
                 self.target, proposer, prompt, params, decode=self.decode, eos_ids=self.eos_ids, on_text=on_text,
                 stop_predicate=stop_predicate, cancelled=cancelled, k_for_round=k_for_round, on_round=on_round)
             try:
-                return run(proposer)
+                result = run(proposer)
+                result.stats.runtime = self.runtime
+                return result
             except CodeCueError as exc:
                 # GPU out of memory in the draft: drop the draft for good and answer without it.
                 oom_backend = getattr(exc, "backend", None)
@@ -276,7 +278,9 @@ class Completer:
                 if close is not None:
                     close()
                 self.draft = None
-                return run(self.make_proposer("ngram" if mode != "none" else "none", sampling, extra_tokens))
+                result = run(self.make_proposer("ngram" if mode != "none" else "none", sampling, extra_tokens))
+                result.stats.runtime = self.runtime
+                return result
 
     def complete(self, prefix: str, suffix: str = "", *, extra_context: Sequence[tuple[str, str]] = (),
                  **kwargs: Any) -> GenerationResult:
@@ -288,11 +292,14 @@ class Completer:
         return self.config.budget
 
     def close(self) -> None:
-        """Free both models (the completer is unusable afterwards)."""
+        """Free both models now (a backend that holds native memory frees it in ``close``)."""
         for seq in (self.target, self.draft):
             close = getattr(getattr(seq, "backend", None), "close", None)
             if callable(close):
-                close()
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - unloading must not fail
+                    log.exception("closing a backend failed")
 
     def measure_costs(self, should_stop: Callable[[], bool] | None = None) -> MachineCosts:
         """Time this pair on this machine (seconds); see :mod:`codecue.tuning.machine_costs`."""

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
 APP = "codecue"
+CONFIG_FILENAME = "config.toml"
+
+log = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
@@ -19,6 +25,29 @@ def cache_dir() -> Path:
 def config_dir() -> Path:
     """Profiles and user settings. ``CODECUE_CONFIG_DIR`` overrides the platform default."""
     return Path(os.environ.get("CODECUE_CONFIG_DIR") or platformdirs.user_config_dir(APP))
+
+
+def config_path() -> Path:
+    """The user's settings file: ``<config_dir()>/config.toml``."""
+    return config_dir() / CONFIG_FILENAME
+
+
+def read_config_table(name: str) -> dict[str, Any]:
+    """The ``[name]`` table of the user's config, or {} (with a warning) when it is missing or broken: a
+    broken settings file must not stop completions."""
+    path = config_path()
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        log.warning("ignoring %s, which is not valid TOML (%s); using the defaults", path, exc)
+        return {}
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        log.warning("ignoring %s: [%s] must be a table; using the defaults", path, name)
+        return {}
+    return table
 
 
 def runtime_dir() -> Path:

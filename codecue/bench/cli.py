@@ -203,6 +203,17 @@ def run(args: argparse.Namespace) -> int:
         raise CodeCueError("--prompt-tokens must be at least 64")
     config.budget = PromptBudget.for_benchmark(args.prompt_tokens)
     started = time.perf_counter()
+    if args.backend == "remote" or args.remote:
+        from codecue.backends.remote import choose_remote_url
+        from codecue.bench.remote import run_remote_bench
+
+        url = choose_remote_url(args.remote, "remote")
+        summaries, labels = run_remote_bench(args, points, config, url)
+        print(f"codecue bench: {len(points)} points, {args.max_tokens} tokens, local (K={config.k}) vs remote "
+              f"{_display(url)}, speedup = local target-only TPOT / method TPOT")
+        print(format_table(summaries, labels))
+        print(f"({(time.perf_counter() - started) / 60:.1f} minutes)")
+        return 0
     plan = None
     if not args.backends and args.backend == "auto" and args.draft_backend is None:
         plan = _plan_for(config)
@@ -353,6 +364,12 @@ def peer_ratio_lines(records: list, labels: list[str]) -> list[str]:
             lines.append(f"{label} vs llama-cpp-python target-only: median time-per-token ratio "
                          f"{statistics.median(ratios):.3f} over {len(ratios)} points (> 1: faster)")
     return lines
+
+
+def _display(url: str) -> str:
+    from codecue.backends.remote import RemoteSettings
+
+    return RemoteSettings(url=url).display_url
 
 
 def _cpu_count() -> int:

@@ -15,8 +15,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("models")
     g.add_argument("--target", help="target model: registry name, GGUF file, HF or EXL2 directory")
     g.add_argument("--draft", help="draft model: registry name, GGUF file, HF or EXL2 directory")
-    g.add_argument("--backend", choices=BACKENDS, default="auto",
-                   help="runtime for the models (auto: llama.cpp for GGUF on CPU when installed, else torch)")
+    g.add_argument("--backend", choices=(*BACKENDS, "remote"), default="auto",
+                   help="runtime for the models (auto: llama.cpp for GGUF on CPU when installed, else torch; "
+                        "remote: the --remote server)")
+    g.add_argument("--remote", metavar="URL",
+                   help="complete on this shared inference server (OpenAI-style /v1/completions; default: "
+                        "[remote] url in config.toml); the local models are its fallback")
+    g.add_argument("--no-remote", action="store_true", help="ignore [remote] in config.toml: run locally")
     g.add_argument("--draft-backend", choices=BACKENDS, default=None, help="runtime for the draft (default: --backend)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16", "int8"],
                    help="torch backend weights for the target (auto: fastest measured; int8: weight-only quantized)")
@@ -36,7 +41,8 @@ def config_from_args(args: argparse.Namespace) -> CompleterConfig:
     from codecue.completion import CompleterConfig
 
     mode = "none" if getattr(args, "no_speculation", False) else args.draft_mode
-    return CompleterConfig(target=args.target, draft=args.draft, backend=args.backend,
+    backend = "auto" if args.backend == "remote" else args.backend
+    return CompleterConfig(target=args.target, draft=args.draft, backend=backend,
                            draft_backend=args.draft_backend, dtype=args.dtype, device=args.device,
                            draft_mode=mode, k=0 if mode == "none" else (4 if args.k is None else args.k),
                            min_confidence=args.min_confidence,

@@ -46,12 +46,23 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     context = cursor_context(args.file, text, args.line, args.character)
     stop_predicate = None if args.no_scope_stop else scope_stop(args.file, text, args.line, args.character, context)
-    completer = Completer.load(config)
-    config = completer.config  # --backend auto: what the runtime plan chose
-    if args.k is not None or args.draft_mode == "none":
-        k_source = "option"
+    from codecue.backends.remote import choose_remote_url
+
+    remote = choose_remote_url(args.remote, args.backend, args.no_remote)
+    if remote is not None:
+        from codecue.remote_completion import RemoteCompleter
+
+        completer = RemoteCompleter.load(remote, tokenizer_model=args.target,
+                                         local_factory=lambda: Completer.load(config))
+        config.k = 0  # the server speculates on its own; CodeCue's K does not reach it
+        k_source = "server"
     else:
-        k_source = "plan" if config.k == 0 else "default"  # the runtime plan chose target-only decoding
+        completer = Completer.load(config)
+        config = completer.config  # --backend auto: what the runtime plan chose
+        if args.k is not None or args.draft_mode == "none":
+            k_source = "option"
+        else:
+            k_source = "plan" if config.k == 0 else "default"  # the runtime plan chose target-only decoding
     if k_source == "default" and context is not None and completer.draft is not None:
         # As the language server does: the K profile's depth for this language and context class,
         # priced with this runtime's costs (0 where drafting would not pay here).
@@ -73,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
                                 top_p=args.top_p, seed=args.seed, stop_predicate=stop_predicate,
                                 on_text=stream if args.stream and not args.json else None)
     s = result.stats
+    if result.notice and not args.json:
+        print(f"codecue: {result.notice}", file=sys.stderr)
     if args.json:
         print(json.dumps({
             "text": result.text, "tokens": result.tokens, "stop_reason": result.stop_reason,
@@ -82,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             "context_class": context.context_class if context is not None else None,
             "speculative": s.speculative,
             "draft_mode": config.draft_mode, "prompt_tokens": s.prompt_tokens,
-            "backend": completer.target.backend.name, "runtime": completer.runtime,
+            "backend": s.runtime.partition("+")[0], "runtime": s.runtime, "notice": result.notice,
         }))
     else:
         if args.stream:

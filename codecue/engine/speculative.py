@@ -50,6 +50,7 @@ class GenerationStats:
     total_ms: float = 0.0
     speculative: bool = False
     k_max: int = 0
+    runtime: str = ""  # where it ran: a local runtime ("llamacpp", "torch+llamacpp") or "remote"
 
     @property
     def acceptance_rate(self) -> float:
@@ -72,6 +73,7 @@ class GenerationResult:
     text: str
     stop_reason: str  # "eos", "stop", "max_tokens", "cancelled"
     stats: GenerationStats
+    notice: str | None = None  # for the user: how this result was made when not as asked (a fallback)
 
 
 def generate(

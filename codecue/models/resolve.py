@@ -20,13 +20,12 @@ from typing import Any, Literal, cast
 from codecue.errors import ModelError
 from codecue.models.provision import is_pulled, is_verified, model_path, partial_path, pull, verify
 from codecue.models.registry import DEFAULTS, REGISTRY, ModelSpec, Role, check_role
-from codecue.paths import config_dir
+from codecue.paths import config_path, read_config_table
 
 log = logging.getLogger(__name__)
 
 ModelKind = Literal["hf", "gguf", "exl2"]
 
-CONFIG_FILENAME = "config.toml"
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSIONS = (2, 3)
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -45,34 +44,9 @@ class ModelSource:
     spec: ModelSpec | None = None
 
 
-def config_path() -> Path:
-    """The user's settings file: ``<config_dir()>/config.toml``."""
-    return config_dir() / CONFIG_FILENAME
-
-
 def read_models_config() -> dict[str, Any]:
     """The ``[models]`` table of the user's config, or {} (with a warning) when it is missing or broken."""
-    path = config_path()
-    if not path.is_file():
-        return {}
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ModuleNotFoundError:
-            log.warning("cannot read %s on this Python (no tomllib); using the default models", path)
-            return {}
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        log.warning("ignoring %s, which is not valid TOML (%s); using the default models", path, exc)
-        return {}
-    models = data.get("models", {})
-    if not isinstance(models, dict):
-        log.warning("ignoring %s: [models] must be a table; using the default models", path)
-        return {}
-    return models
+    return read_config_table("models")
 
 
 def configured_model(role: Role) -> str | None:

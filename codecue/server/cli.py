@@ -24,7 +24,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Model flags shared by ``serve`` and ``daemon start`` (None = the configured default)."""
     parser.add_argument("--target", help="target model: registry name or path (default: configured default)")
     parser.add_argument("--draft", help="draft model: registry name or path (default: configured default)")
-    parser.add_argument("--backend", choices=BACKENDS, help="runtime for both models (default: auto)")
+    parser.add_argument("--backend", choices=(*BACKENDS, "remote"),
+                        help="runtime for both models (default: auto; remote: the --remote server)")
+    parser.add_argument("--remote", metavar="URL",
+                        help="complete on this shared inference server (OpenAI-style /v1/completions); "
+                             "default: [remote] url in config.toml; the local models are the fallback")
+    parser.add_argument("--no-remote", action="store_true", help="ignore [remote] in config.toml: run locally")
     parser.add_argument("--draft-mode", choices=DRAFT_MODES,
                         help="hybrid (n-gram then draft model), model, ngram, or none (default: hybrid)")
     parser.add_argument("--dtype", choices=DTYPES,
@@ -44,20 +49,25 @@ def model_factory(args: argparse.Namespace):  # -> CompleterFactory
 def model_flags(args: argparse.Namespace) -> list[str]:
     """The model flags the user gave, to pass on to a daemon this command starts."""
     out = []
-    for name in ("target", "draft", "backend", "draft_mode", "dtype"):
+    for name in ("target", "draft", "backend", "draft_mode", "dtype", "remote"):
         value = getattr(args, name, None)
         if value:
             out += [f"--{name.replace('_', '-')}", str(value)]
     if getattr(args, "inline_models", False):
         out.append("--inline-models")
+    if getattr(args, "no_remote", False):
+        out.append("--no-remote")
     return out
 
 
 def model_choice(args: argparse.Namespace):  # -> ModelChoice (import kept light)
+    from codecue.backends.remote import choose_remote_url
     from codecue.server.worker import ModelChoice
 
-    return ModelChoice(target=args.target, draft=args.draft, backend=args.backend or "auto",
-                       draft_mode=args.draft_mode or "hybrid", dtype=args.dtype or "auto")
+    remote = choose_remote_url(args.remote, args.backend, args.no_remote)
+    backend = "auto" if args.backend in (None, "remote") else args.backend
+    return ModelChoice(target=args.target, draft=args.draft, backend=backend,
+                       draft_mode=args.draft_mode or "hybrid", dtype=args.dtype or "auto", remote=remote)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
     from codecue.server.relay import run_relay
 
     model = {k: v for k, v in (("target", args.target), ("draft", args.draft), ("backend", args.backend),
-                               ("draftMode", args.draft_mode), ("dtype", args.dtype)) if v}
+                               ("draftMode", args.draft_mode), ("dtype", args.dtype), ("remote", args.remote)) if v}
+    if args.no_remote:
+        model["remote"] = ""  # the daemon's default may be remote; this session is not
     return run_relay(model_flags(args), model)
 
 

@@ -57,12 +57,15 @@ def model_from_hello(base: ModelChoice, model: Any) -> ModelChoice:
     if not isinstance(model, dict):
         return base
     pick = {k: v for k, v in model.items() if isinstance(v, str) and v}
+    remote = model.get("remote", base.remote)
+    backend = pick.get("backend", base.backend)
     return ModelChoice(
         target=pick.get("target", base.target),
         draft=pick.get("draft", base.draft),
-        backend=pick.get("backend", base.backend),
+        backend="auto" if backend == "remote" else backend,
         draft_mode=pick.get("draftMode", base.draft_mode),
         dtype=pick.get("dtype", base.dtype),
+        remote=(remote or None) if isinstance(remote, str) or remote is None else base.remote,
     )
 
 

@@ -293,6 +293,8 @@ class InlineCompletions:
         gen.state = "done"
         gen.final = result.text
         server.stats.record(gen.info.language, result)
+        if result.notice:
+            server.warn_once(f"notice:{result.notice}", f"CodeCue: {result.notice}")
         if sub is None or sub.future.done():
             return
         if sub.expect and not (result.text.startswith(sub.expect) and len(result.text) > sub.offset):

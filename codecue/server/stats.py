@@ -5,12 +5,15 @@ Both answer this session's numbers per language::
     {"languages": {"python": {"completions": 12, "acceptanceRate": 0.71, "ttftMs": 180.0,
                               "tpotMs": 41.2, "tokensPerSecond": 24.3, "speculation": true}},
      "total": {...same keys...},
+     "runtimes": {"remote": {...same keys...}, "llamacpp": {...}},
      "session": {"typeThrough": 3, "superseded": 9, "cancelled": 1, "maxRoundsAfterCancel": 1, ...},
      "worker": {"modelsLoaded": true, ...}}
 
 ``completions`` counts generations that ran to the end; ``ttftMs`` and ``tpotMs`` are means over them;
 ``tokensPerSecond`` is generated tokens over generation time; ``speculation`` says whether the latest
-generation in that language drafted (K > 0 with a proposer).
+generation in that language drafted (K > 0 with a proposer). ``runtimes`` has the same numbers per
+place the completions ran: a local runtime, or ``remote`` (a shared server; its TTFT includes the network
+and the server's queue), so a remote's latency can be read next to local runs and fallbacks.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ class CancelRecord:
 class SessionStats:
     def __init__(self) -> None:
         self.languages: dict[str, LanguageStats] = {}
+        self.runtimes: dict[str, LanguageStats] = {}
         self.type_through = 0
         self.adopted = 0  # requests answered by a generation already running for an earlier keystroke
         self.diverged = 0  # joined generations that turned out to disagree with the typing, and restarted
@@ -103,8 +107,10 @@ class SessionStats:
     def record(self, language: str, result: GenerationResult) -> None:
         stats = result.stats
         self.languages.setdefault(language, LanguageStats()).add(stats)
+        self.runtimes.setdefault(stats.runtime or "local", LanguageStats()).add(stats)
         self.last_generation = {
-            "language": language, "stopReason": result.stop_reason, "tokens": stats.new_tokens,
+            "language": language, "runtime": stats.runtime or "local", "stopReason": result.stop_reason,
+            "tokens": stats.new_tokens,
             "rounds": stats.rounds, "promptTokens": stats.prompt_tokens, "prefilledTokens": stats.prefilled_tokens,
             "ttftMs": round(stats.ttft_ms, 1), "totalMs": round(stats.total_ms, 1), "speculative": stats.speculative,
         }
@@ -122,6 +128,7 @@ class SessionStats:
         return {
             "languages": {name: s.to_json() for name, s in sorted(self.languages.items())},
             "total": total.to_json(),
+            "runtimes": {name: s.to_json() for name, s in sorted(self.runtimes.items())},
             "session": {
                 "typeThrough": self.type_through,
                 "adopted": self.adopted,

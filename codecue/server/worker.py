@@ -40,20 +40,39 @@ class ModelChoice:
     backend: str = "auto"
     draft_mode: str = "hybrid"
     dtype: str = "auto"  # torch backend weights; "auto" is measured at load time (fp32 or bf16)
+    remote: str | None = None  # a shared inference server's URL; the models above are then its fallback
 
     def with_models(self, target: str | None, draft: str | None) -> ModelChoice:
         return replace(self, target=target or self.target, draft=draft or self.draft)
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "draft": self.draft, "backend": self.backend, "draftMode": self.draft_mode,
-                "dtype": self.dtype}
+                "dtype": self.dtype, "remote": _display_url(self.remote)}
+
+
+def _display_url(url: str | None) -> str | None:
+    """A URL as status shows it: never with user:password."""
+    if url is None:
+        return None
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 CompleterFactory = Callable[[ModelChoice], "Completer"]
 
 
 def load_completer(choice: ModelChoice) -> Completer:
-    """The default factory: resolve and load the pair (heavy imports happen here, in the worker)."""
+    """The default factory: resolve and load the pair, or connect to the remote server with the pair as
+    its fallback (heavy imports happen here, in the worker)."""
+    if choice.remote is not None:
+        from codecue.remote_completion import RemoteCompleter
+
+        local = replace(choice, remote=None)
+        return RemoteCompleter.load(choice.remote, tokenizer_model=choice.target,  # type: ignore[return-value]
+                                    local_factory=lambda: load_completer(local))
     from codecue.completion import Completer, CompleterConfig
 
     return Completer.load(CompleterConfig(target=choice.target, draft=choice.draft, backend=choice.backend,
@@ -280,6 +299,9 @@ class ModelWorker:
                 if isinstance(exc, ModelProcessCrashed):
                     with self._cond:
                         self._unload_locked()
+                self._costs_ready = True
+                return
+            if measured is None:  # a remote server: nothing of ours to measure
                 self._costs_ready = True
                 return
             store_machine_costs(measured, *completer.names)

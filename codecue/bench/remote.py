@@ -1,0 +1,55 @@
+"""``codecue bench --backend remote``: a shared server's latency next to the local default, in one run.
+
+Per point, the same FIM prompt goes to the local models (target-only, and the default speculative
+``hybrid`` mode at the run's K) and to the remote server (``stream: true``, greedy, same max tokens).
+TTFT and time per output token are measured the same way for all three, from the caller's side: for the
+remote they include the network and the server's queue, as an editor sees them. "identical" compares
+each method's text with local target-only greedy (a server on the same model file should match it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from codecue.bench.runner import RunRecord, summarise
+
+REMOTE_METHOD = "remote"
+
+
+def run_remote_bench(args: argparse.Namespace, points: list, config: Any, url: str) -> tuple[list, list[str]]:
+    from codecue.backends.remote import RemoteSettings
+    from codecue.completion import Completer
+    from codecue.remote_completion import RemoteCompleter
+
+    print("loading the local models ...", file=sys.stderr)
+    local = Completer.load(config)
+    remote = RemoteCompleter(RemoteSettings.load(url), local.tokenizer, config.budget)
+    local_methods = [("target", "none", 0), ("hybrid", "hybrid", config.k)]
+    records: list[RunRecord] = []
+    for i, point in enumerate(points, 1):
+        ids = local.build_prompt(point.prefix, point.suffix)
+        text_prompt = remote.build_prompt_text(point.prefix, point.suffix)
+        baseline = ""
+        for method, mode, k in local_methods:
+            local.reset_caches()
+            r = local.generate_ids(ids, max_tokens=args.max_tokens, k=k, draft_mode=mode)
+            records.append(_record(point, f"local:{method}", r))
+            baseline = r.text if method == "target" else baseline
+        r = remote.generate_text(text_prompt, max_tokens=args.max_tokens)
+        records.append(_record(point, REMOTE_METHOD, r))
+        for rec in records[-3:]:
+            rec.identical = rec.text == baseline
+            print(f"[{i}/{len(points)}] {point.language:<10} {point.name:<28} {rec.method:<13} "
+                  f"{rec.new_tokens:>3} tok  ttft {rec.ttft_ms:7.0f} ms  tpot {rec.tpot_ms:6.1f} ms"
+                  + ("" if rec.identical else "  DIFFERS"), file=sys.stderr, flush=True)
+    remote.close()
+    methods = [f"local:{m}" for m, _, _ in local_methods] + [REMOTE_METHOD]
+    return summarise(records, "local:target"), methods
+
+
+def _record(point: Any, method: str, result: Any) -> RunRecord:
+    s = result.stats
+    return RunRecord(point.name, point.language, method, list(result.tokens), result.text, s.ttft_ms, s.tpot_ms,
+                     s.total_ms, s.new_tokens, s.drafted, s.accepted, s.rounds)

@@ -1,0 +1,152 @@
+"""The remote backend end to end against a real engine: llama-cpp-python's OpenAI-compatible server
+(``python -m llama_cpp.server``) on the shipped target model, started on loopback by the fixture and
+stopped after the module.
+
+The reference is the server's own non-streamed completion of the prompt CodeCue renders (greedy, same
+max tokens, same stop list). CodeCue then applies its own stop rule on top (a blank line ends a plaintext
+suggestion), so the expected text is the reference cut by that rule. Before each of the two requests
+the server's cache is flushed with an unrelated prompt: llama-cpp-python reuses the common prefix of the
+last prompt, and re-evaluating only the last token instead of the whole prompt can round differently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from codecue.backends.remote import RemoteSettings
+from codecue.engine.fim import PromptBudget, build_fim_text, split_at
+from codecue.remote_completion import request_body
+from codecue.server.context_hooks import blank_line_stop
+from codecue.server.prompt import stable_prefix
+from tests.test_remote import start_server, write_config
+from tests.test_server_e2e import item_text
+
+pytestmark = [pytest.mark.realmodels, pytest.mark.slow]
+
+STARTUP_S = 240
+TIMEOUT = 240
+MAX_TOKENS = 24
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_server(real_models, tmp_path_factory):
+    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("sse_starlette") is None:
+        message = "llama-cpp-python's server extras are not installed (pip install 'llama-cpp-python[server]')"
+        if os.environ.get("CODECUE_REQUIRE_REAL_MODELS"):
+            pytest.fail(message)
+        pytest.skip(message)
+    target, _ = real_models
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(target.path), "--host", "127.0.0.1",
+             "--port", str(port), "--n_ctx", "2048", "--n_threads", str(min(2, os.cpu_count() or 1)),
+             "--verbose", "False"], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited with {process.returncode}: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama_cpp.server did not start in {STARTUP_S} s: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield url, target
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def flush_cache(url: str) -> None:
+    httpx.post(f"{url}/v1/completions", json={"prompt": "Hello", "max_tokens": 1, "temperature": 0},
+               timeout=TIMEOUT).raise_for_status()
+
+
+DOC = ('def fibonacci(n):\n    """Return the n-th Fibonacci number, iteratively."""\n    \n\n'
+       "print(fibonacci(10))\n")
+CURSOR = (2, 4)
+
+
+async def test_streamed_lsp_completion_equals_the_servers_own(llama_server, tmp_path):
+    from codecue.completion import load_tokenizer
+
+    url, target = llama_server
+    cfg = write_config(tmp_path, fallback="none", first_byte_timeout=120.0, read_timeout=60.0)
+    client = await start_server(target.path, url, cfg, tmp_path)  # local models are never loaded
+    try:
+        await client.initialize({"maxTokens": MAX_TOKENS})
+        client.open("file:///fib.txt", DOC)
+        flush_cache(url)
+        response = await asyncio.wait_for(client.complete("file:///fib.txt", *CURSOR), TIMEOUT)
+        streamed = item_text(response)
+        partials = [p["text"] for p in client.partials() if not p["done"]]
+        stats = await client.stats()
+        await client.shutdown()
+    finally:
+        await client.kill()
+
+    prefix, suffix = split_at(DOC, *CURSOR)
+    budget = PromptBudget()
+    prompt = build_fim_text(load_tokenizer(target), stable_prefix(prefix, budget), suffix, budget)
+    settings = RemoteSettings.load(url, table={})
+    flush_cache(url)
+    reference = httpx.post(f"{url}/v1/completions", timeout=TIMEOUT, json=request_body(
+        settings, prompt, max_tokens=MAX_TOKENS, temperature=0.0, stream=False)).json()["choices"][0]["text"]
+    cut = blank_line_stop(reference)
+    expected = reference if cut is None else reference[:cut]
+    assert streamed == expected and streamed.strip()
+    assert partials, "no partial notifications were streamed"
+    assert all(streamed.startswith(p) for p in partials)
+    assert stats["runtimes"]["remote"]["completions"] == 1 and stats["runtimes"]["remote"]["ttftMs"] > 0
+    assert stats["session"]["lastGeneration"]["promptTokens"] > 20
+
+
+async def test_superseded_request_closes_its_stream_within_one_token(llama_server, tmp_path):
+    url, target = llama_server
+    cfg = write_config(tmp_path, fallback="none", first_byte_timeout=120.0, read_timeout=60.0)
+    client = await start_server(target.path, url, cfg, tmp_path)
+    doc = "PRIMES = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, "
+    try:
+        await client.initialize({"maxTokens": 64})
+        client.open("file:///primes.txt", doc)
+        first = client.complete("file:///primes.txt", 0, len(doc))
+        deadline = time.monotonic() + TIMEOUT
+        while not client.partials() and not first.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert client.partials() and not first.done(), "the first completion must still be streaming"
+        client.insert("file:///primes.txt", 2, 0, len(doc), "x")  # not what the model predicted
+        second = client.complete("file:///primes.txt", 0, len(doc) + 1)
+        assert item_text(await asyncio.wait_for(first, TIMEOUT)) == ""  # superseded: no items
+        assert "result" in await asyncio.wait_for(second, TIMEOUT)  # and the server serves the next one
+        stats = await client.stats()
+        assert stats["session"]["superseded"] == 1
+        assert stats["session"]["lastCancel"]["roundsAfterCancel"] <= 1
+        assert stats["session"]["lastCancel"]["tokens"] < 64
+        await client.shutdown()
+    finally:
+        await client.kill()
