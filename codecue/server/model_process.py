@@ -48,20 +48,27 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def _portable_error(exc: BaseException) -> tuple[str, str, str | None]:
-    """An exception as plain data: the child's exception classes may not pickle."""
+def _portable_error(exc: BaseException) -> tuple[str, str, str, str | None]:
+    """An exception as plain data (its class by module and name): the child's exceptions may not pickle."""
+    cls = type(exc)
     if isinstance(exc, CodeCueError):
-        return type(exc).__name__, exc.message, exc.fix
-    return type(exc).__name__, str(exc), None
+        return cls.__module__, cls.__qualname__, exc.message, exc.fix
+    return cls.__module__, cls.__qualname__, str(exc), None
 
 
-def _rebuild_error(name: str, message: str, fix: str | None) -> BaseException:
-    import codecue.errors as errors
-
-    cls = getattr(errors, name, None)
+def _rebuild_error(module: str, name: str, message: str, fix: str | None) -> BaseException:
+    """The child's exception again: CodeCue's own errors (user-facing messages) as their class, anything
+    else as a RuntimeError naming it."""
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        cls = None
     if isinstance(cls, type) and issubclass(cls, CodeCueError):
-        return cls(message, fix)
-    if name == "ValueError":
+        try:
+            return cls(message, fix)
+        except TypeError:  # a subclass with another constructor
+            return CodeCueError(message, fix)
+    if cls is ValueError:
         return ValueError(message)
     if name == "MeasurementAbandoned":
         from codecue.tuning.machine_costs import MeasurementAbandoned
