@@ -41,7 +41,7 @@ from tests.test_server_e2e import in_process_cmd, server_env
 LONG = os.environ.get("CODECUE_FUZZ_LONG") == "1"
 LONG_MIN_MESSAGES = 10_000
 WAIT_S = 120.0  # a hang guard for one answer, not a timing
-COUNTS: Counter[str] = Counter()
+COUNTS: Counter[str] = Counter(dict.fromkeys(["messages", "requests", "unanswered", "answered_twice", "malformed", "exits"], 0))
 
 
 def fuzz_settings(ci: int, long: int) -> settings:
