@@ -220,7 +220,7 @@ def _responses(data: bytes) -> list[dict]:
     out = []
     while data:
         head, _, rest = data.partition(b"\r\n\r\n")
-        n = int(head.split(b":")[1])
+        n = int(head.split(b"\r\n")[0].split(b":")[1])  # pygls adds a Content-Type header
         out.append(json.loads(rest[:n]))
         data = rest[n:]
     return out
@@ -418,3 +418,53 @@ def test_replay_types_the_file_and_reports_reuse_side_by_side(make_completer, tm
     table = format_pair({"reuse": on, "no_reuse": off})
     assert "reuse on" in table and "keystroke -> first text p50" in table
     assert percentile([10.0, None, 30.0], 50) == 30.0 and percentile([None, None, 1.0], 50) is None
+
+
+def _initialized(bare_server):
+    from codecue.server.transport import dispatch
+
+    server, writer = bare_server
+    dispatch(server, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                 "params": {"capabilities": {}}}).encode())
+    dispatch(server, b'{"jsonrpc": "2.0", "method": "initialized", "params": {}}')
+    return server, writer
+
+
+@pytest.mark.parametrize(("message", "code", "msg_id"), [
+    (b"[" * 5000 + b"]" * 5000, -32700, None),  # too deep for the decoder: a Parse error, not an exit
+    ({"jsonrpc": "2.0", "id": 3, "method": "initialized", "params": {}}, -32601, 3),  # a notification's name
+    ({"jsonrpc": "2.0", "id": "c", "method": "$/cancelRequest", "params": {"id": 1}}, -32601, "c"),
+    ({"jsonrpc": "2.0", "id": None, "method": "codecue/unknown", "params": {}}, -32600, None),
+    ({"jsonrpc": "2.0", "id": 1.5, "method": "codecue/stats"}, -32600, None),
+    ({"jsonrpc": "2.0", "id": 8, "method": "codecue/unknown"}, -32601, 8),  # no params, unknown method
+    ({"jsonrpc": "2.0", "id": 9, "method": "textDocument/inlineCompletion"}, -32602, 9),  # no params, needs some
+    ([{"jsonrpc": "2.0", "id": 10, "method": "codecue/stats"}], -32600, 10),  # a batch: its request answered
+    ({"jsonrpc": "2.0", "id": 2**63, "method": "codecue/unknown"}, -32601, 2**63),
+])
+async def test_dispatch_answers_every_request_once_with_its_id(bare_server, message, code, msg_id):
+    from codecue.server.transport import dispatch
+
+    server, writer = _initialized(bare_server)
+    writer.data = b""
+    dispatch(server, message if isinstance(message, bytes) else json.dumps(message).encode())
+    await asyncio.sleep(0)
+    (response,) = _responses(writer.data)
+    assert "id" in response and response["id"] == msg_id and response["error"]["code"] == code
+
+
+async def test_dispatch_stats_without_params_and_requests_after_shutdown(bare_server):
+    from codecue.server.transport import dispatch
+
+    server, writer = _initialized(bare_server)
+    for _ in range(5):  # let initialize finish (pygls' shutdown trips over a generator request still running)
+        await asyncio.sleep(0.01)
+    for body in ({"jsonrpc": "2.0", "id": "s", "method": "codecue/stats"},
+                 {"jsonrpc": "2.0", "id": "bye", "method": "shutdown"},
+                 {"jsonrpc": "2.0", "id": "late", "method": "codecue/stats", "params": {}},
+                 {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {}},
+                 {"jsonrpc": "2.0", "method": "exit"}):
+        dispatch(server, json.dumps(body).encode())
+    await asyncio.sleep(0)
+    stats, bye, late = [r for r in _responses(writer.data) if r.get("id") in ("s", "bye", "late")]
+    assert "languages" in stats["result"] and bye["result"] is None
+    assert late["error"]["code"] == -32600 and server.closing and server.exit_code == 0

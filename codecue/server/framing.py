@@ -63,16 +63,3 @@ def encode_frame(payload: Any) -> bytes:
     body = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode("utf-8")
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
-
-def error_response(msg_id: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
-
-
-# JSON-RPC and LSP error codes
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-SERVER_NOT_INITIALIZED = -32002
-REQUEST_CANCELLED = -32800

@@ -3,7 +3,7 @@
 Every option is optional (camelCase on the wire)::
 
     {"maxTokens": 64, "temperature": 0.0, "languages": {"python": true, "markdown": false},
-     "debounceMs": 0, "model": {"target": "…", "draft": "…"}}
+     "debounceMs": 0, "requestTimeoutMs": 300000, "model": {"target": "…", "draft": "…"}}
 
 A bad value never fails ``initialize``: it is reported (the caller sends one ``window/showMessage``)
 and its default is used. Unknown keys are reported too, so a typo does not silently do nothing.
@@ -19,6 +19,8 @@ from typing import Any
 MAX_TOKENS_LIMIT = 1024
 MAX_DEBOUNCE_MS = 5000
 MAX_TEMPERATURE = 2.0
+MIN_REQUEST_TIMEOUT_MS = 100
+MAX_REQUEST_TIMEOUT_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,9 @@ class ServerOptions:
     temperature: float = 0.0  # 0 = greedy (speculation is then exactly lossless)
     languages: Mapping[str, bool] = field(default_factory=dict)  # languageId -> enabled; absent = enabled
     debounce_ms: int = 0  # wait this long before generating; a newer request in the window replaces it
+    # The watchdog: a request not answered within this long gets RequestFailed. Generous by default: a
+    # first completion loads the models, and a long prompt's prefill on a slow CPU takes tens of seconds.
+    request_timeout_ms: int = 300_000
     model: ModelOptions = field(default_factory=ModelOptions)
     token: str | None = None  # only for --tcp: the connection's shared secret (see docs/server.md)
 
@@ -60,7 +65,7 @@ def parse_options(raw: Any) -> tuple[ServerOptions, list[str]]:
         return defaults, [f"initializationOptions must be an object, got {type(raw).__name__}; using defaults"]
 
     values: dict[str, Any] = {}
-    known = {"maxTokens", "temperature", "languages", "debounceMs", "model", "token"}
+    known = {"maxTokens", "temperature", "languages", "debounceMs", "requestTimeoutMs", "model", "token"}
     for key in raw:
         if key not in known:
             problems.append(f"unknown option {key!r} ignored (known: {', '.join(sorted(known - {'token'}))})")
@@ -88,6 +93,14 @@ def parse_options(raw: Any) -> tuple[ServerOptions, list[str]]:
         else:
             problems.append(f"debounceMs must be an integer from 0 to {MAX_DEBOUNCE_MS}, got {v!r}; "
                             f"using {defaults.debounce_ms}")
+
+    if "requestTimeoutMs" in raw:
+        v = raw["requestTimeoutMs"]
+        if _is_int(v) and MIN_REQUEST_TIMEOUT_MS <= v <= MAX_REQUEST_TIMEOUT_MS:
+            values["request_timeout_ms"] = v
+        else:
+            problems.append(f"requestTimeoutMs must be an integer from {MIN_REQUEST_TIMEOUT_MS} to "
+                            f"{MAX_REQUEST_TIMEOUT_MS}, got {v!r}; using {defaults.request_timeout_ms}")
 
     if "languages" in raw:
         v = raw["languages"]

@@ -20,7 +20,8 @@ from typing import Any
 from codecue.errors import CodeCueError
 from codecue.server import daemon_client
 from codecue.server.documents import DocumentStore, PositionError
-from codecue.server.framing import INTERNAL_ERROR, STREAM_LIMIT, encode_frame, error_response, read_frame
+from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
+from codecue.server.jsonrpc import INTERNAL_ERROR, Message, decode, error_response
 from codecue.server.stdio import FdWriter, stream_from_fd, take_stdio
 
 log = logging.getLogger(__name__)
@@ -54,28 +55,30 @@ class Relay:
         except OSError:  # the editor is gone; nothing left to tell it
             pass
 
-    def track_request(self, message: Any) -> None:
+    def track_request(self, message: Message) -> None:
         """Note a request that awaits an answer (before sending it: the answer may come at once)."""
-        if isinstance(message, dict) and isinstance(message.get("method"), str) \
-                and isinstance(message.get("id"), (int, str)) and not isinstance(message.get("id"), bool):
-            self.pending[message["id"]] = message["method"]
+        if message.kind == "request":
+            self.pending[message.msg_id] = message.method or ""
 
-    def track_state(self, message: Any) -> None:
+    def track_state(self, message: Message) -> None:
         """Remember what a restarted daemon needs to be told. Called after the message went out, so that a
-        replay that happens while sending it describes the state before it."""
-        if not isinstance(message, dict):
-            return
-        method = message.get("method")
-        if not isinstance(method, str):
-            return
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
-        try:
-            if method == "initialize" and "id" in message:
-                self.initialize = message
-            elif method == "initialized":
-                self.initialized = True
-            elif method == "shutdown":
+        replay that happens while sending it describes the state before it. Only what the daemon acts on
+        counts: requests and notifications as :func:`codecue.server.jsonrpc.decode` reads them (a
+        notification's name sent with an id is a refused request, not a notification)."""
+        if message.kind == "request":
+            if message.method == "initialize" and self.initialize is None:
+                self.initialize = message.data
+            elif message.method == "shutdown" and self.initialize is not None:
                 self.shutdown_requested = True
+            return
+        if message.kind != "notification" or self.initialize is None or self.shutdown_requested:
+            return
+        method = message.method
+        assert message.data is not None
+        params = message.data.get("params") if isinstance(message.data.get("params"), dict) else {}
+        try:
+            if method == "initialized":
+                self.initialized = True
             elif method == "textDocument/didOpen":
                 item = params["textDocument"]
                 self.documents.open(item["uri"], item["languageId"], item["version"], item["text"])
@@ -123,12 +126,7 @@ class Relay:
 
     async def replay_session(self) -> None:
         assert self.initialize is not None and self.writer is not None
-        self.replays += 1
-        replay_id = f"codecue-relay-{self.replays}"
-        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.replay_waiters[replay_id] = waiter
-        self.writer.write(encode_frame({**self.initialize, "id": replay_id}))
-        await asyncio.wait_for(waiter, REPLAY_TIMEOUT_S)
+        await self.replay_request(self.initialize)
         if self.initialized:
             self.writer.write(encode_frame({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
         for doc in self.documents:
@@ -136,8 +134,20 @@ class Relay:
                 self.writer.write(encode_frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {
                     "textDocument": {"uri": doc.uri, "languageId": doc.language_id, "version": doc.version,
                                      "text": doc.text}}}))
+        if self.shutdown_requested:  # so that the new session refuses requests as the old one did
+            await self.replay_request({"jsonrpc": "2.0", "method": "shutdown"})
         await self.writer.drain()
         log.info("reconnected to the daemon and replayed %d documents", len(self.documents))
+
+    async def replay_request(self, request: dict[str, Any]) -> None:
+        """Send a request of the relay's own and wait for its answer (which the editor never sees)."""
+        assert self.writer is not None
+        self.replays += 1
+        replay_id = f"codecue-relay-{self.replays}"
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.replay_waiters[replay_id] = waiter
+        self.writer.write(encode_frame({**request, "id": replay_id}))
+        await asyncio.wait_for(waiter, REPLAY_TIMEOUT_S)
 
     async def pump_from_daemon(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -145,10 +155,7 @@ class Relay:
                 body = await read_frame(reader)
                 if body is None:
                     break
-                try:
-                    message = json.loads(body)
-                except ValueError:
-                    message = None
+                message = decode(body).data
                 if isinstance(message, dict) and "method" not in message and "id" in message:
                     msg_id = message["id"]
                     waiter = self.replay_waiters.pop(msg_id, None) if isinstance(msg_id, str) else None
@@ -217,12 +224,9 @@ class Relay:
                 body = await read_frame(client_reader)
                 if body is None:
                     break
-                try:
-                    message = json.loads(body)
-                except ValueError:
-                    message = None
+                message = decode(body)
                 self.track_request(message)
-                is_exit = isinstance(message, dict) and message.get("method") == "exit"
+                is_exit = message.kind == "notification" and message.method == "exit"
                 if not await self.send_to_daemon(encode_frame(body)):
                     self.answer_unreachable(message)
                 self.track_state(message)
@@ -236,10 +240,13 @@ class Relay:
             await self.disconnect()
         return exit_code
 
-    def answer_unreachable(self, message: Any) -> None:
-        if isinstance(message, dict) and isinstance(message.get("id"), (int, str)) and "method" in message:
-            self.pending.pop(message["id"], None)
-            self.to_client(error_response(message["id"], INTERNAL_ERROR,
+    def answer_unreachable(self, message: Message) -> None:
+        """Without a daemon, the relay owes the editor what the daemon would have owed it."""
+        for error in message.errors:
+            self.to_client(error)
+        if message.kind == "request":
+            self.pending.pop(message.msg_id, None)
+            self.to_client(error_response(message.msg_id, INTERNAL_ERROR,
                                           f"the CodeCue daemon is not reachable (see {daemon_client.log_path()})"))
 
 

@@ -6,6 +6,7 @@ all in one asyncio loop and all submitting to the same :class:`~codecue.server.w
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Generator
 from typing import Any
@@ -22,6 +23,7 @@ from codecue.server import inline_completion, lifecycle, stats, text_sync
 from codecue.server.context_hooks import ContextHooks
 from codecue.server.documents import DocumentStore
 from codecue.server.inline_completion import InlineCompletions
+from codecue.server.jsonrpc import REQUEST_FAILED, MsgId
 from codecue.server.options import ServerOptions
 from codecue.server.stats import SessionStats
 from codecue.server.worker import ModelChoice, ModelWorker
@@ -51,10 +53,40 @@ class CodeCueProtocol(LanguageServerProtocol):
     - positions are always UTF-16 (what the protocol defaults to, and what our arithmetic uses), even if
       the client offers others;
     - documents live in our own store (:mod:`codecue.server.documents`), not also in pygls' workspace;
-    - ``exit`` ends this session, not the process (the daemon serves other sessions).
+    - ``exit`` ends this session, not the process (the daemon serves other sessions);
+    - a watchdog answers a request whose handler overruns its time (see :meth:`watch`).
     """
 
     _server: CodeCueServer
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._overdue: dict[Any, float] = {}  # handler future -> the timeout it overran
+
+    def watch(self, msg_id: MsgId, timeout_s: float) -> None:
+        """Answer this request with RequestFailed (-32803) and cancel its handler if it has not finished
+        within ``timeout_s`` (a stuck model backend, say), so that no editor waits forever."""
+        future = self._request_futures.get(msg_id)
+        if future is None or future.done():
+            return  # answered already (synchronous handlers always are)
+        timer = asyncio.get_running_loop().call_later(timeout_s, self._overrun, future, timeout_s)
+        future.add_done_callback(lambda _future: timer.cancel())
+
+    def _overrun(self, future: Any, timeout_s: float) -> None:
+        if not future.done():
+            log.warning("a request overran its %.1f s; answering it with an error", timeout_s)
+            self._overdue[future] = timeout_s
+            future.cancel()
+
+    def _send_handler_result(self, future: Any, *, msg_id: MsgId) -> None:
+        timeout_s = self._overdue.pop(future, None)
+        if timeout_s is None:
+            super()._send_handler_result(future, msg_id=msg_id)
+            return
+        self._request_futures.pop(msg_id, None)
+        self._send_response(msg_id, error=types.ResponseError(
+            code=REQUEST_FAILED, message=f"no answer within {timeout_s:g} s (requestTimeoutMs); the request was "
+            "stopped. If the model backend is stuck, later requests fail the same way until it recovers."))
 
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams) -> Generator[Any, Any, types.InitializeResult]:
@@ -103,6 +135,7 @@ class CodeCueServer(LanguageServer):
         self.hooks = ContextHooks()
         self.completions = InlineCompletions(self)
         self.initialize_seen = False
+        self.shutdown_received = False
         self.closing = False
         self.exit_code: int | None = None
         self._warned: set[str] = set()

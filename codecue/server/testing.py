@@ -1,9 +1,11 @@
-"""Test support: the real server over stdio, with models slowed down to a known pace.
+"""Test support: the real server over stdio, with models slowed down to a known pace, or stuck.
 
 Tiny random models generate a token in about a millisecond, too fast to cancel mid-generation or to
 "type" over deterministically. ``python -m codecue.server.testing --target DIR --draft DIR
 --forward-delay-ms 20`` serves stdio in-process exactly like ``codecue serve --in-process``, except that
-every forward pass of either model sleeps first. Nothing else differs.
+every forward pass of either model sleeps first. With ``--hang-file PATH``, a forward pass blocks while
+that file exists (at most ``MAX_HANG_S``): a backend call that hangs, for the watchdog's tests. Nothing
+else differs.
 
 ``--segfault-on MARKER`` instead holds the models in a child process (as ``codecue serve`` does) whose
 target really segfaults (a null pointer read through ctypes) in its forward pass whenever the prompt
@@ -18,32 +20,39 @@ import ctypes
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from codecue.server.worker import ModelChoice, ModelWorker, load_completer
 
+MAX_HANG_S = 600.0
+
 
 class ThrottledBackend:
-    """Wraps a backend; each ``forward`` sleeps ``delay_s`` first."""
+    """Wraps a backend; each ``forward`` sleeps ``delay_s`` first, and blocks while ``hang_file`` exists."""
 
-    def __init__(self, inner: Any, delay_s: float) -> None:
+    def __init__(self, inner: Any, delay_s: float, hang_file: Path | None = None) -> None:
         self._inner = inner
         self._delay_s = delay_s
+        self._hang_file = hang_file
 
     def forward(self, token_ids: Sequence[int], *args: Any, **kwargs: Any) -> Any:
         time.sleep(self._delay_s)
+        deadline = time.monotonic() + MAX_HANG_S
+        while self._hang_file is not None and self._hang_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
         return self._inner.forward(token_ids, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-def throttled_factory(delay_s: float):
+def throttled_factory(delay_s: float, hang_file: Path | None = None):
     def factory(choice: ModelChoice):
         completer = load_completer(choice)
         for seq in (completer.target, completer.draft):
             if seq is not None:
-                seq.backend = ThrottledBackend(seq.backend, delay_s)
+                seq.backend = ThrottledBackend(seq.backend, delay_s, hang_file)
         return completer
 
     return factory
@@ -92,10 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-mode", default="hybrid")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--forward-delay-ms", type=float, default=0.0)
+    parser.add_argument("--hang-file", type=Path, help="a forward pass blocks while this file exists")
     parser.add_argument("--segfault-on", metavar="MARKER")
     args = parser.parse_args(argv)
     choice = ModelChoice(args.target, args.draft, args.backend, args.draft_mode, args.dtype)
-    factory = throttled_factory(args.forward_delay_ms / 1000) if args.forward_delay_ms else load_completer
+    factory = throttled_factory(args.forward_delay_ms / 1000, args.hang_file) \
+        if args.forward_delay_ms or args.hang_file else load_completer
     if args.segfault_on:
         from codecue.server.model_process import child_process_factory
 

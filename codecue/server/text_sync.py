@@ -5,14 +5,19 @@ a line past the document's end means the document's end. A change that cannot be
 negative position, a split surrogate pair) leaves the document *out of sync*: it is not completed again
 until a full-text change or a new didOpen, because guessing would show suggestions for text the user
 does not have.
+
+``codecue/document`` (a request, ``{"textDocument": {"uri": …}}``) answers the server's copy of a
+document, ``{"uri", "version", "text", "inSync"}``, or ``null`` when it is not open: clients and tests
+use it to check that the server holds exactly the text the editor has.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 
 from codecue.server.documents import PositionError
 
@@ -20,6 +25,8 @@ if TYPE_CHECKING:
     from codecue.server.session import CodeCueServer
 
 log = logging.getLogger(__name__)
+
+DOCUMENT_REQUEST = "codecue/document"
 
 
 def apply_open(server: CodeCueServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -62,7 +69,23 @@ def apply_close(server: CodeCueServer, params: types.DidCloseTextDocumentParams)
     server.hooks.closed(uri)
 
 
+def held_document(server: CodeCueServer, params: Any) -> dict[str, Any] | None:
+    """The server's copy of the document ``params.textDocument.uri`` names (pygls hands untyped params
+    over as nested named tuples)."""
+    uri = getattr(getattr(params, "textDocument", None), "uri", None)
+    if not isinstance(uri, str):
+        raise JsonRpcInvalidParams('Invalid params: expected {"textDocument": {"uri": …}}')
+    doc = server.documents.get(uri)
+    if doc is None:
+        return None
+    return {"uri": doc.uri, "version": doc.version, "text": doc.text, "inSync": doc.in_sync}
+
+
 def register(server: CodeCueServer) -> None:
+    @server.feature(DOCUMENT_REQUEST)
+    def on_document(params: Any) -> dict[str, Any] | None:
+        return held_document(server, params)
+
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(params: types.DidOpenTextDocumentParams) -> None:
         apply_open(server, params)

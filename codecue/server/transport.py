@@ -1,10 +1,10 @@
 """Run a session over a byte stream: stdio, a Unix socket (the daemon), or loopback TCP (debugging).
 
-pygls' own loop drops what it cannot parse without answering. This one answers every bad message as
-JSON-RPC says and keeps serving: unparsable JSON gets a Parse error (-32700, id null), a message that is
-not a JSON-RPC 2.0 object gets Invalid Request (-32600), a request whose params do not fit the method gets
-Invalid Params (-32602) with its id, requests before ``initialize`` get ServerNotInitialized (-32002), and
-an over-sized message is discarded with Invalid Request. Unknown methods get Method Not Found (pygls).
+pygls' own loop drops what it cannot parse without answering. Here every body goes through
+:func:`codecue.server.jsonrpc.decode` (what JSON-RPC makes of it) and then :func:`refusal` (what LSP's
+lifecycle allows now), the two places that decide which messages are answered and how; only what both
+admit reaches pygls. Every request is answered exactly once: by an error from those two, by its handler,
+or, when the handler takes longer than ``requestTimeoutMs``, by the watchdog (RequestFailed, -32803).
 """
 
 from __future__ import annotations
@@ -12,24 +12,23 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
-import json
 import logging
+from functools import cache
 from typing import Any
 
 from pygls.exceptions import JsonRpcException
 
 from codecue.errors import CodeCueError
-from codecue.server.framing import (
+from codecue.server.framing import MAX_MESSAGE_BYTES, FrameTooLarge, encode_frame, read_frame
+from codecue.server.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
-    MAX_MESSAGE_BYTES,
-    PARSE_ERROR,
+    METHOD_NOT_FOUND,
     SERVER_NOT_INITIALIZED,
-    FrameTooLarge,
-    encode_frame,
+    Message,
+    decode,
     error_response,
-    read_frame,
 )
 from codecue.server.session import CodeCueServer
 from codecue.server.stdio import FdWriter, stream_from_fd, take_stdio
@@ -43,86 +42,108 @@ def _send(server: CodeCueServer, payload: dict[str, Any]) -> None:
         writer.write(encode_frame(payload))
 
 
-def _valid_id(value: Any) -> bool:
-    return value is None or (isinstance(value, (int, str)) and not isinstance(value, bool))
-
-
 def _token_of(data: dict[str, Any]) -> Any:
     params = data.get("params")
     options = params.get("initializationOptions") if isinstance(params, dict) else None
     return options.get("token") if isinstance(options, dict) else None
 
 
+@cache
+def _notification_methods() -> frozenset[str]:
+    """LSP methods that are notifications (their message type has no id)."""
+    import attrs
+    from lsprotocol.types import METHOD_TO_TYPES
+
+    return frozenset(m for m, (message_type, *_rest) in METHOD_TO_TYPES.items()
+                     if "id" not in attrs.fields_dict(message_type))
+
+
+def _has_handler(server: CodeCueServer, method: str) -> bool:
+    fm = server.protocol.fm
+    return method in fm.builtin_features or method in fm.features
+
+
+def refusal(server: CodeCueServer, message: Message) -> dict[str, Any] | None:
+    """The error a request gets instead of being handled, by LSP's lifecycle rules; None to handle it.
+    Also notes the lifecycle steps it admits (initialize, shutdown)."""
+    method, msg_id = message.method, message.msg_id
+    assert method is not None
+    if method in _notification_methods():
+        return error_response(msg_id, METHOD_NOT_FOUND,
+                              f"Method Not Found: {method} is a notification; send it without an id")
+    if not server.initialize_seen:
+        if method != "initialize":
+            return error_response(msg_id, SERVER_NOT_INITIALIZED,
+                                  f"the server is not initialized; {method} must come after initialize")
+        token = _token_of(message.data or {})
+        if server.require_token is not None and not (
+            isinstance(token, str) and hmac.compare_digest(token.encode(), server.require_token.encode())
+        ):
+            server.closing = True
+            return error_response(msg_id, INVALID_REQUEST,
+                                  "initialize refused: initializationOptions.token is missing or wrong")
+        server.initialize_seen = True
+        return None
+    if server.shutdown_received:
+        return error_response(msg_id, INVALID_REQUEST,
+                              f"Invalid Request: the server is shutting down (after shutdown only exit is accepted; "
+                              f"got {method})")
+    if method == "initialize":
+        return error_response(msg_id, INVALID_REQUEST, "Invalid Request: initialize was already received")
+    if not _has_handler(server, method):
+        return error_response(msg_id, METHOD_NOT_FOUND, f"Method Not Found: {method}")
+    if method == "shutdown":
+        server.shutdown_received = True
+    return None
+
+
+def _admits_notification(server: CodeCueServer, method: str) -> bool:
+    """Before initialize and after shutdown, only exit is heard (LSP); other notifications are dropped."""
+    if method == "exit":
+        return True
+    return server.initialize_seen and not server.shutdown_received
+
+
 def dispatch(server: CodeCueServer, body: bytes) -> None:
-    """Check one message and hand it to pygls, or answer it with the right error."""
-    try:
-        data = json.loads(body)
-    except ValueError as exc:  # includes UnicodeDecodeError
-        _send(server, error_response(None, PARSE_ERROR, f"Parse error: {exc}"))
+    """Decode one body and hand it to pygls, or answer it with the right error."""
+    message = decode(body)
+    for error in message.errors:
+        _send(server, error)
+    if message.kind == "invalid":
         return
-    if isinstance(data, list):
-        _send(server, error_response(None, INVALID_REQUEST, "Invalid Request: batches are not supported by LSP"))
-        return
-    if not isinstance(data, dict):
-        _send(server, error_response(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object"))
-        return
-    msg_id = data.get("id")
-    has_id = "id" in data
-    if not _valid_id(msg_id):
-        _send(server, error_response(None, INVALID_REQUEST, "Invalid Request: id must be a number or a string"))
-        return
-    if data.get("jsonrpc") != "2.0":
-        if has_id:
-            _send(server, error_response(msg_id, INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"'))
-        return
-    method = data.get("method")
-    if method is None:
-        if not has_id or ("result" not in data and "error" not in data):
-            _send(server, error_response(msg_id if has_id else None, INVALID_REQUEST,
-                                         "Invalid Request: no method, and not a response"))
+    data = message.data
+    assert data is not None
+    method = message.method
+    is_request = message.kind == "request"
+    if is_request:
+        refused = refusal(server, message)
+        if refused is not None:
+            _send(server, refused)
             return
-    elif not isinstance(method, str):
-        _send(server, error_response(msg_id if has_id else None, INVALID_REQUEST, "Invalid Request: method must be a string"))
-        return
-    elif not server.initialize_seen:
-        if method == "initialize" and has_id:
-            token = _token_of(data)
-            if server.require_token is not None and not (
-                isinstance(token, str) and hmac.compare_digest(token.encode(), server.require_token.encode())
-            ):
-                _send(server, error_response(msg_id, INVALID_REQUEST,
-                                             "initialize refused: initializationOptions.token is missing or wrong"))
-                server.closing = True
-                return
-            server.initialize_seen = True
-        elif method == "exit":
-            pass
-        else:
-            if has_id:
-                _send(server, error_response(msg_id, SERVER_NOT_INITIALIZED,
-                                             f"the server is not initialized; {method} must come after initialize"))
-            return
-    elif method == "initialize" and has_id:
-        _send(server, error_response(msg_id, INVALID_REQUEST, "initialize was already received"))
+        if "params" not in data:  # params may be omitted (JSON-RPC); pygls' message types want the member
+            data = {**data, "params": None}
+    elif message.kind == "notification" and not _admits_notification(server, method or ""):
         return
     try:
-        message = server.protocol.structure_message(data)
+        structured = server.protocol.structure_message(data)
     except JsonRpcException as exc:
         cause = exc.__cause__ or exc
         detail = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-        if has_id and method is not None:
-            _send(server, error_response(msg_id, INVALID_PARAMS if exc.code == INVALID_PARAMS else exc.code,
-                                         f"Invalid params for {method}: {detail}"))
-        else:
+        if is_request:
+            _send(server, error_response(message.msg_id, INVALID_PARAMS, f"Invalid params for {method}: {detail}"))
+        elif message.kind == "notification":
             log.warning("dropped a malformed %s notification: %s", method, detail)
             server.malformed_notification(method, data)
         return
     try:
-        server.protocol.handle_message(message)
+        server.protocol.handle_message(structured)
     except Exception as exc:  # noqa: BLE001 - one bad message must not end the session
         log.exception("failed to handle %s", method)
-        if has_id and method is not None:
-            _send(server, error_response(msg_id, INTERNAL_ERROR, f"Internal error: {exc}"))
+        if is_request:
+            _send(server, error_response(message.msg_id, INTERNAL_ERROR, f"Internal error: {exc}"))
+        return
+    if is_request:
+        server.protocol.watch(message.msg_id, server.options.request_timeout_ms / 1000)
 
 
 async def serve_session(server: CodeCueServer, reader: asyncio.StreamReader, writer: Any, *,

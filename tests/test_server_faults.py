@@ -1,0 +1,275 @@
+"""Faults: a hung backend, model files that vanish or are cut short, a disk that refuses writes, and the
+daemon killed during a generation. In each, the editor gets a clear answer and the server keeps serving.
+
+Every wait is bounded (``TIMEOUT``); these are hang guards, not timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import shutil
+import signal
+import tempfile
+
+import pytest
+
+from tests.test_daemon import _alive, _daemon_pid, relay_cmd, runtime, status  # noqa: F401 - runtime: a fixture
+from tests.test_server_e2e import (
+    DOC,
+    END,
+    TIMEOUT,
+    RawClient,
+    expected_text,
+    in_process_cmd,
+    item_text,
+    server_env,
+    throttled_cmd,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def _until(predicate, what: str, timeout: float = TIMEOUT):
+    for _ in range(int(timeout * 10)):
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- a hung backend call: the watchdog ------------------------------------------------------------------
+
+
+async def test_a_hung_backend_call_is_answered_by_the_watchdog_and_the_server_recovers(tiny_dirs, tmp_path, make_completer):
+    hang = tmp_path / "hang"
+    client = await RawClient.start([*throttled_cmd(tiny_dirs["target"], 0), "--hang-file", str(hang)],
+                                   server_env(tmp_path))
+    uri = "file:///hung.txt"
+    try:
+        await client.initialize({"maxTokens": 16, "requestTimeoutMs": 10_000})
+        client.open(uri, DOC)
+        expected = expected_text(make_completer(), DOC, *END, max_tokens=16)
+        await client.complete(uri, *END)  # loads the models (which may take longer than the timeout)
+        await _until(_models_loaded(client), "the models to load")
+        assert item_text(await client.complete(uri, *END)) == expected
+
+        hang.touch()  # every forward pass now blocks: the backend call hangs
+        client.insert(uri, 2, END[0], END[1], "!")
+        stuck = client.complete(uri, END[0], END[1] + 1, msg_id="stuck")
+        # The loop is not blocked by the stuck generation: other requests are answered meanwhile.
+        assert "result" in await client.call("codecue/stats", {})
+        answer = await asyncio.wait_for(stuck, TIMEOUT)
+        assert answer["error"]["code"] == -32803 and "requestTimeoutMs" in answer["error"]["message"], answer
+
+        hang.unlink()  # the backend comes back: the next request is served
+        client.insert(uri, 3, END[0], END[1] + 1, "?")
+        text = DOC.replace("dog", "dog!?")
+        got = item_text(await client.complete(uri, END[0], END[1] + 2))
+        assert got == expected_text(make_completer(), text, END[0], END[1] + 2, max_tokens=16)
+        assert sum(1 for e in client.events if e.get("id") == "stuck") == 1  # answered exactly once
+        assert await client.shutdown() == 0
+    finally:
+        hang.unlink(missing_ok=True)
+        await client.kill()
+
+
+def _models_loaded(client: RawClient):
+    async def loaded() -> bool:
+        return (await client.stats())["worker"]["modelsLoaded"]
+
+    return loaded
+
+
+# -- model files that disappear or are truncated ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["deleted", pytest.param("truncated", marks=pytest.mark.xfail(
+    strict=True, reason="known bug for the lead: a weights file truncated while the server runs is reloaded "
+    "without an error after an idle unload (the old weights come back); a fresh process gets SafetensorError"))])
+async def test_model_file_damaged_before_a_reload_gives_a_clear_error_and_serving_goes_on(damage, tiny_dirs, tmp_path,
+                                                                                         make_completer):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_dirs["target"], model)
+    weights = model / "model.safetensors"
+    good = weights.read_bytes()
+    client = await RawClient.start(in_process_cmd(model, "--idle-timeout", "4"), server_env(tmp_path))
+    uri = "file:///m.txt"
+    expected = expected_text(make_completer(), DOC, *END, max_tokens=16)
+
+    async def unloaded():
+        worker = (await client.stats())["worker"]
+        return not worker["modelsLoaded"] and worker
+
+    try:
+        await client.initialize({"maxTokens": 16})
+        client.open(uri, DOC)
+        assert item_text(await client.complete(uri, *END)) == expected
+        if damage == "deleted":
+            # Deleted while loaded: the weights are in memory, so completions go on.
+            weights.unlink()
+            client.insert(uri, 2, END[0], END[1], "!")
+            assert item_text(await client.complete(uri, END[0], END[1] + 1))
+            client.replace_all(uri, 3, DOC)
+        else:
+            weights.write_bytes(good[: len(good) // 3])
+        await _until(unloaded, "the idle unload")
+        failed = await client.complete(uri, *END)
+        assert "error" in failed, failed
+        message = failed["error"]["message"]
+        assert str(model) in message or "model.safetensors" in message, message
+        assert "result" in await client.call("codecue/stats", {})  # still serving
+        weights.write_bytes(good)  # the file is back: the next request loads it
+        assert item_text(await client.complete(uri, *END)) == expected
+        assert await client.shutdown() == 0
+    finally:
+        await client.kill()
+
+
+# -- a disk that refuses writes ---------------------------------------------------------------------------
+
+
+def _learned_policy(make_completer, monkeypatch):
+    """A K policy that has learned rounds not yet saved, wired as the server's."""
+    from codecue.server.context_hooks import ContextHooks, CursorInfo
+    from codecue.server.worker import GenerationJob, ModelChoice
+    from codecue.tuning import KPolicy, PolicySettings
+
+    policy = KPolicy(settings=PolicySettings(min_rounds=1))
+    monkeypatch.setattr(ContextHooks, "_policy", policy)
+    completer = make_completer(draft="target", draft_mode="model")
+
+    def job() -> GenerationJob:
+        return GenerationJob(ModelChoice("t"), "def add(a, b):\n    ", "\n", max_tokens=8, k=3,
+                             on_round=ContextHooks().observer(CursorInfo("python", "block_start")))
+
+    return policy, completer, job
+
+
+@pytest.mark.parametrize("fault", ["disk full while writing", "read-only directory"])
+async def test_a_profile_write_that_fails_leaves_the_old_file_whole_and_the_worker_serving(fault, make_completer,
+                                                                                       monkeypatch, tmp_path):
+    from codecue.server.context_hooks import ContextHooks
+    from codecue.server.worker import ModelChoice, ModelWorker
+    from codecue.tuning.profile import user_profile_path
+
+    monkeypatch.setenv("CODECUE_CONFIG_DIR", str(tmp_path / "cfg"))
+    policy, completer, job = _learned_policy(make_completer, monkeypatch)
+    worker = ModelWorker(ModelChoice("t"), lambda choice: completer, idle_unload_s=None)
+    try:
+        for _ in range(3):  # (the first completion in a process may join all its rounds into none yet)
+            assert worker.submit(job()).result(timeout=TIMEOUT) is not None
+            if policy.unsaved_rounds:
+                break
+        assert ContextHooks.save_learned()  # a first, good save
+        profile = user_profile_path()
+        before = profile.read_bytes()
+        assert worker.submit(job()).result(timeout=TIMEOUT) is not None
+        assert policy.unsaved_rounds > 0
+
+        real_fsync, real_mkstemp = os.fsync, tempfile.mkstemp
+        if fault == "disk full while writing":
+            def fsync(fd):  # the data was written into the temp file, then the disk filled up
+                raise OSError(errno.ENOSPC, "No space left on device")
+            monkeypatch.setattr(os, "fsync", fsync)
+        else:
+            def mkstemp(*args, **kwargs):
+                raise OSError(errno.EROFS, "Read-only file system")
+            monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+        worker.unload()  # unloading saves what was learned: it fails, and is logged, not raised
+        assert not ContextHooks.save_learned()
+        assert profile.read_bytes() == before  # the old profile is whole
+        assert [p.name for p in profile.parent.iterdir()] == [profile.name]  # no temp file left behind
+        assert worker.submit(job()).result(timeout=TIMEOUT) is not None  # and serving goes on
+
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        monkeypatch.setattr(tempfile, "mkstemp", real_mkstemp)
+        assert ContextHooks.save_learned() and profile.read_bytes() != before  # the disk is back: saved
+    finally:
+        worker.shutdown()
+
+
+async def test_an_unwritable_config_dir_does_not_stop_the_server(tiny_dirs, tmp_path, make_completer):
+    """The real process, with its config dir path taken by a file (nothing can be created under it, root or
+    not): the profile save at unload and at exit fails, and the server serves and exits cleanly."""
+    env = server_env(tmp_path)
+    blocked = tmp_path / "cfg-is-a-file"
+    blocked.write_text("not a directory\n")
+    env["CODECUE_CONFIG_DIR"] = str(blocked)
+    client = await RawClient.start(in_process_cmd(tiny_dirs["target"], "--idle-timeout", "2"), env)
+    uri = "file:///w.py"
+    try:
+        await client.initialize({"maxTokens": 8})
+        client.open(uri, "def add(a, b):\n    ", language="python")
+        first = await client.complete(uri, 1, 4)
+        assert "result" in first, first
+        await _until(lambda: _unloaded(client), "the idle unload (which saves the profile)")
+        again = await client.complete(uri, 1, 4)
+        assert item_text(again) == item_text(first)
+        assert await client.shutdown() == 0
+        assert blocked.read_text() == "not a directory\n"
+    finally:
+        await client.kill()
+
+
+async def _unloaded(client: RawClient) -> bool:
+    worker = (await client.stats())["worker"]
+    return worker["unloads"] >= 1 and not worker["modelsLoaded"]
+
+
+# -- the daemon killed during a generation ------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("runtime")
+async def test_daemon_killed_mid_generation_the_relay_answers_and_restarts_it(tiny_dirs, make_completer):
+    client = await RawClient.start(relay_cmd(tiny_dirs["target"]), server_env())
+    uri = "file:///k.txt"
+    completer = make_completer()
+    try:
+        await client.initialize({"maxTokens": 1024})
+        client.open(uri, DOC)
+        old_pid = status()["pid"]
+        # Catch a generation in progress: text streamed, no answer yet. Freeze the daemon there and kill it.
+        killed = None
+        for attempt in range(5):
+            msg_id = f"gen{attempt}"
+            pending = client.complete(uri, *END, msg_id=msg_id)
+            await _until(lambda m=msg_id, p=pending: _streamed(client, m, p), "streamed text")
+            os.kill(old_pid, signal.SIGSTOP)
+            if not pending.done():
+                killed = pending
+                break
+            os.kill(old_pid, signal.SIGCONT)
+        assert killed is not None, "every generation finished before it could be caught"
+        os.kill(old_pid, signal.SIGKILL)
+        answer = await asyncio.wait_for(killed, TIMEOUT)
+        assert answer["error"]["code"] == -32603 and "daemon" in answer["error"]["message"]
+        await _until(lambda: _dead(old_pid), "the daemon to die")
+
+        # The next request starts a daemon, replays the session (with the edit below) and is served.
+        client.insert(uri, 2, END[0], END[1], "?")
+        text = DOC.replace("dog", "dog?")
+        got = item_text(await client.complete(uri, END[0], END[1] + 1))
+        assert got == expected_text(completer, text, END[0], END[1] + 1, max_tokens=1024)
+        new = status()
+        assert new["pid"] != old_pid and new["sessions"] == 1
+        held = (await client.call("codecue/document", {"textDocument": {"uri": uri}}))["result"]
+        assert held["text"] == text
+        assert await client.shutdown() == 0
+    finally:
+        pid = _daemon_pid()
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGCONT)
+        await client.kill()
+
+
+async def _streamed(client: RawClient, msg_id: str, pending: asyncio.Future) -> bool:
+    return bool(client.partials(msg_id)) or pending.done()
+
+
+async def _dead(pid: int) -> bool:
+    return not _alive(pid)
+
