@@ -87,8 +87,9 @@ def _models_loaded(client: RawClient):
 
 
 @pytest.mark.parametrize("damage", ["deleted", pytest.param("truncated", marks=pytest.mark.xfail(
-    strict=True, reason="known bug for the lead: a weights file truncated while the server runs is reloaded "
-    "without an error after an idle unload (the old weights come back); a fresh process gets SafetensorError"))])
+    strict=True, reason="known bug: the torch backend memory-maps safetensors, so truncating the file under a "
+    "loaded model makes the model process read wrong weights (garbage text) or die with SIGBUS before the "
+    "idle unload; the reload itself refuses the truncated file"))])
 async def test_model_file_damaged_before_a_reload_gives_a_clear_error_and_serving_goes_on(damage, tiny_dirs, tmp_path,
                                                                                          make_completer):
     model = tmp_path / "model"

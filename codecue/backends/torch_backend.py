@@ -281,6 +281,7 @@ class TorchBackend:
         whether it is evaluated alone or inside a verification (row-wise attention, and one-row matmuls
         computed as two rows), so that speculative greedy output equals target-only greedy output exactly.
         """
+        from safetensors import SafetensorError  # a truncated or corrupt weights file
         from transformers import AutoModelForCausalLM
 
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -303,7 +304,7 @@ class TorchBackend:
             model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
             if gguf_file and converted is not None:
                 save_converted(model, converted)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
             where = Path(path) / gguf_file if gguf_file else Path(path)
             raise ModelError(f"could not load model {where}: {str(exc).splitlines()[0]}",
                              "check the file, or run `codecue models verify` / `codecue models pull --force`") from exc
