@@ -29,6 +29,7 @@ from codecue.paths import atomic_write_text, cache_dir
 log = logging.getLogger(__name__)
 
 CHECKS_FILE = "native_checks.json"
+PROBE_VERSION = "2"  # part of the cache key: a changed probe checks everything again
 CHECK_TIMEOUT_S = 300.0
 # The child that runs one check; a test points this at a probe that really crashes.
 PROBE_MODULE = "codecue.backends.native_check"
@@ -89,8 +90,8 @@ def llamacpp_version() -> str:
 
 def check_key(runtime: str, runtime_version: str, layout: str, model: Path) -> str:
     stat = model.stat()
-    raw = "\n".join((cpu_signature(), runtime, runtime_version, layout, str(model.resolve()), str(stat.st_size),
-                     str(stat.st_mtime_ns)))
+    raw = "\n".join((PROBE_VERSION, cpu_signature(), runtime, runtime_version, layout, str(model.resolve()),
+                     str(stat.st_size), str(stat.st_mtime_ns)))
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -207,14 +208,33 @@ def compare_logits(multi: Any, single: Any) -> tuple[bool, str]:
     return ok, summary if ok else f"gave wrong logits ({summary})"
 
 
+def _torch_matmul_between() -> None:
+    """A bf16 matmul in torch on this thread, as a torch model beside llama.cpp runs one (torch+llamacpp):
+    oneDNN's AMX kernels load their own tile configuration on the same thread, which a native build must
+    not trip over."""
+    import torch
+
+    a = torch.ones(256, 256, dtype=torch.bfloat16)
+    (a @ a).sum().item()
+
+
 def _probe_llamacpp(model: Path, layout: str) -> dict[str, Any]:
     from codecue.backends.llamacpp import LlamaCppBackend
 
     with LlamaCppBackend.load(model, n_ctx=256, n_batch=64, repack=layout == "repack") as backend:
         tokens = backend.tokenize(_PROBE_TEXT)[:48]
         multi = backend.forward(tokens).numpy()
+        _torch_matmul_between()
         backend.reset()
-        single = [backend.forward([t]).numpy()[0] for t in tokens]
+        multi_again = backend.forward(tokens).numpy()
+        backend.reset()
+        single = []
+        for t in tokens:
+            single.append(backend.forward([t]).numpy()[0])
+            _torch_matmul_between()
+    ok, reason = compare_logits(multi_again, multi)
+    if not ok:
+        return {"ok": False, "reason": f"{reason} after a torch matmul on the same thread"}
     ok, reason = compare_logits(multi, single)
     return {"ok": ok, "reason": reason}
 
