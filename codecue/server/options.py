@@ -35,6 +35,7 @@ class ServerOptions:
     temperature: float = 0.0  # 0 = greedy (speculation is then exactly lossless)
     languages: Mapping[str, bool] = field(default_factory=dict)  # languageId -> enabled; absent = enabled
     debounce_ms: int = 0  # wait this long before generating; a newer request in the window replaces it
+    work_ahead: bool = True  # warm caches on open / cursor moves, prefetch after an accepted suggestion
     model: ModelOptions = field(default_factory=ModelOptions)
     token: str | None = None  # only for --tcp: the connection's shared secret (see docs/server.md)
 
@@ -60,7 +61,7 @@ def parse_options(raw: Any) -> tuple[ServerOptions, list[str]]:
         return defaults, [f"initializationOptions must be an object, got {type(raw).__name__}; using defaults"]
 
     values: dict[str, Any] = {}
-    known = {"maxTokens", "temperature", "languages", "debounceMs", "model", "token"}
+    known = {"maxTokens", "temperature", "languages", "debounceMs", "workAhead", "model", "token"}
     for key in raw:
         if key not in known:
             problems.append(f"unknown option {key!r} ignored (known: {', '.join(sorted(known - {'token'}))})")
@@ -88,6 +89,13 @@ def parse_options(raw: Any) -> tuple[ServerOptions, list[str]]:
         else:
             problems.append(f"debounceMs must be an integer from 0 to {MAX_DEBOUNCE_MS}, got {v!r}; "
                             f"using {defaults.debounce_ms}")
+
+    if "workAhead" in raw:
+        v = raw["workAhead"]
+        if isinstance(v, bool):
+            values["work_ahead"] = v
+        else:
+            problems.append(f"workAhead must be true or false, got {v!r}; using {defaults.work_ahead}")
 
     if "languages" in raw:
         v = raw["languages"]

@@ -89,6 +89,7 @@ class SessionStats:
     def __init__(self) -> None:
         self.languages: dict[str, LanguageStats] = {}
         self.type_through = 0
+        self.prefetched = 0  # next suggestions generated ahead, after one was accepted
         self.adopted = 0  # requests answered by a generation already running for an earlier keystroke
         self.diverged = 0  # joined generations that turned out to disagree with the typing, and restarted
         self.superseded = 0
@@ -124,6 +125,7 @@ class SessionStats:
             "total": total.to_json(),
             "session": {
                 "typeThrough": self.type_through,
+                "prefetched": self.prefetched,
                 "adopted": self.adopted,
                 "diverged": self.diverged,
                 "superseded": self.superseded,

@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from codecue.engine.postprocess import tidy_completion
 from codecue.server.prompt import stable_prefix
 
 if TYPE_CHECKING:
@@ -69,6 +70,9 @@ class GenerationJob:
     prefix: str
     suffix: str
     extra_context: Sequence[tuple[str, str]] = ()
+    path: str | None = None  # the document's name in the prompt (shown with project context)
+    background: bool = False  # work ahead (warm-up, prefetch): any real job cancels it
+    warm_only: bool = False  # only evaluate the prompt into the caches; the result is None
     max_tokens: int = 64
     temperature: float = 0.0
     k: int | None = None
@@ -140,6 +144,9 @@ class ModelWorker:
             if self._stopping:
                 job.future.set_exception(RuntimeError("the model worker is shutting down"))
                 return job.future
+            if not job.background:
+                # Work that only prepares the future never delays a request: drop it.
+                self._cancel_background_locked()
             self._queue.append(job)
             # A flood of requests (many documents at once) must not grow the queue without bound: the
             # oldest waiting jobs are the least likely to still matter.
@@ -153,6 +160,14 @@ class ModelWorker:
                 self._thread.start()
             self._cond.notify()
         return job.future
+
+    def _cancel_background_locked(self) -> None:
+        for waiting in [j for j in self._queue if j.background]:
+            self._queue.remove(waiting)
+            waiting.cancel()
+            waiting.future.set_result(None)
+        if self._running is not None and self._running.background:
+            self._running.cancel()
 
     @property
     def loaded(self) -> ModelChoice | None:
@@ -233,7 +248,8 @@ class ModelWorker:
                 self._cond.wait(timeout)
             if self._stopping:
                 return None
-            job = self._queue.popleft()
+            job = next((j for j in self._queue if not j.background), self._queue[0])
+            self._queue.remove(job)
             self._running = job
             return job
 
@@ -266,10 +282,17 @@ class ModelWorker:
                     continue
                 if not self.reuse_cache:
                     completer.reset_caches()
+                prefix = stable_prefix(job.prefix, completer.config.budget)
+                if job.warm_only:
+                    prompt = completer.build_prompt(prefix, job.suffix, job.extra_context, path=job.path)
+                    completer.warm(prompt, job.poll_cancelled)
+                    job.future.set_result(None)
+                    continue
                 result = completer.complete(
-                    stable_prefix(job.prefix, completer.config.budget),
+                    prefix,
                     job.suffix,
                     extra_context=job.extra_context,
+                    path=job.path,
                     max_tokens=job.max_tokens,
                     k=job.k,
                     temperature=job.temperature,
@@ -280,7 +303,8 @@ class ModelWorker:
                     on_round=job.on_round,
                 )
                 self.generations += 1
-                job.future.set_result(result)
+                shown = tidy_completion(result.text, job.prefix, job.suffix, result.stop_reason)
+                job.future.set_result(replace(result, text=shown) if shown != result.text else result)
             except BaseException as exc:  # noqa: BLE001 - the job's owner reports it; the worker lives on
                 log.warning("generation %s failed: %s", job.label, exc, exc_info=not _is_user_error(exc))
                 if not job.future.done():
