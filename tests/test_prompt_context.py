@@ -150,9 +150,10 @@ def test_context_comes_only_from_documents_the_editor_opened(tmp_path):
     docs = DocumentStore()
     docs.open((tmp_path / "me.py").as_uri(), "python", 1, "x = 1\n")
     docs.open((tmp_path / "billing.py").as_uri(), "python", 1, "def invoice_total(invoice):\n    return 1\n")
+    docs.open((tmp_path / "billing.ts").as_uri(), "typescript", 1, "function invoice_total(invoice) {}\n")
     pool = ChunkPool()
     prefix = "def f(invoice):\n    total = invoice_total(invoice)\n    load_invoice_total(invoice)\n    "
-    chosen = project_context(pool, docs, (tmp_path / "me.py").as_uri(), prefix, "\n", PromptBudget())
+    chosen = project_context(pool, docs, (tmp_path / "me.py").as_uri(), "python", prefix, "\n", PromptBudget())
     assert [path for path, _ in chosen] == [str(tmp_path / "billing.py")]
     assert all("secret" not in text for _, text in chosen)
 

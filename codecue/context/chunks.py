@@ -72,6 +72,7 @@ class ChunkPool:
         self.chunk_lines = chunk_lines
         self.max_sources = max_sources
         self._sources: dict[str, _Source] = {}
+        self.languages: dict[str, str] = {}  # uri -> the editor's languageId, for callers that filter by it
         self._serial = itertools.count()
         self._clock = itertools.count(1)
 
@@ -102,12 +103,14 @@ class ChunkPool:
 
     def remove(self, uri: str) -> None:
         self._sources.pop(uri, None)
+        self.languages.pop(uri, None)
 
     def _evict(self) -> None:
         """Drop the least recently used files beyond ``max_sources``: the stale ones."""
         while len(self._sources) > self.max_sources:
             oldest = min(self._sources, key=lambda u: self._sources[u].last_used)
             del self._sources[oldest]
+            self.languages.pop(oldest, None)
 
     def select(self, query: str, exclude_uri: str | None, max_chars: int,
                allowed: Iterable[str] | None = None) -> list[Chunk]:

@@ -168,9 +168,10 @@ class InlineCompletions:
         return await self._subscribe(gen, request, "")
 
     # -- generations ---------------------------------------------------------------------------------
-    def _context(self, uri: str, prefix: str, suffix: str) -> list[tuple[str, str]]:
+    def _context(self, uri: str, language_id: str, prefix: str, suffix: str) -> list[tuple[str, str]]:
         server = self.server
-        return project_context(server.chunks, server.documents, uri, prefix, suffix, server.prompt_budget)
+        return project_context(server.chunks, server.documents, uri, language_id, prefix, suffix,
+                               server.prompt_budget)
 
     def _start(self, gen: Generation, request: CompletionRequest, background: bool = False) -> None:
         if gen.state != "pending":
@@ -186,7 +187,7 @@ class InlineCompletions:
             model=server.model_choice,
             prefix=request.prefix,
             suffix=request.suffix,
-            extra_context=self._context(request.uri, request.prefix, request.suffix),
+            extra_context=self._context(request.uri, request.language_id, request.prefix, request.suffix),
             path=uri_to_path(request.uri),
             background=background,
             max_tokens=server.options.max_tokens,
@@ -354,6 +355,8 @@ class InlineCompletions:
         doc = server.documents.get(uri)
         if doc is None or not doc.completable or (uri in self.active and self.active[uri].live):
             return
+        if server.worker.loaded != server.model_choice:
+            return  # opening a file does not load the models; the first completion does
         if line is None:
             line, character = 0, 0
         try:
@@ -363,7 +366,8 @@ class InlineCompletions:
         if self.warming is not None:
             self.warming.cancel()
         self.warming = GenerationJob(model=server.model_choice, prefix=prefix, suffix=suffix,
-                                     extra_context=self._context(uri, prefix, suffix), path=uri_to_path(uri),
+                                     extra_context=self._context(uri, doc.language_id, prefix, suffix),
+                                     path=uri_to_path(uri),
                                      background=True, warm_only=True, label=f"warm {uri}")
         server.worker.submit(self.warming)
 

@@ -66,18 +66,23 @@ def extra_context(documents: Iterable[tuple[str, str, str]], uri: str, language_
 CHUNK_CHARS_PER_TOKEN = 3.2
 
 
-def project_context(pool: ChunkPool, documents: DocumentStore, uri: str, prefix: str, suffix: str,
-                    budget: PromptBudget) -> list[tuple[str, str]]:
-    """(path, text) chunks of the documents the editor gave us (open now, or edited and closed since),
-    the ones most similar to the lines around the cursor, within ``budget.extra`` tokens.
+def project_context(pool: ChunkPool, documents: DocumentStore, uri: str, language_id: str, prefix: str,
+                    suffix: str, budget: PromptBudget) -> list[tuple[str, str]]:
+    """(path, text) chunks of the documents of ``language_id`` the editor gave us (open now, or edited
+    and closed since), the ones most similar to the lines around the cursor, within ``budget.extra``
+    tokens.
 
     Only the editor's documents enter the pool: nothing is read from disk, so nothing outside the
     workspace the editor opened reaches the prompt.
     """
+    same_language = set()
     for doc in documents:
-        if doc.uri != uri and doc.completable:
+        if doc.uri != uri and doc.completable and doc.language_id == language_id:
             pool.update(doc.uri, uri_to_path(doc.uri), doc.text)
-    chosen = pool.select(query_around(prefix, suffix), uri, int(budget.extra * CHUNK_CHARS_PER_TOKEN))
+            same_language.add(doc.uri)
+    pool.languages.update(dict.fromkeys(same_language, language_id))
+    allowed = [u for u, lang in pool.languages.items() if lang == language_id and u in pool]
+    chosen = pool.select(query_around(prefix, suffix), uri, int(budget.extra * CHUNK_CHARS_PER_TOKEN), allowed)
     return [(c.path, c.text) for c in chosen]
 
 
