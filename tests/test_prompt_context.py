@@ -82,6 +82,10 @@ def test_plain_psm_reevaluates_the_suffix_on_every_keystroke(tiny_tokenizer):
 def test_psm_mid_puts_the_cursor_line_after_the_middle_token(tiny_tokenizer):
     text = build_fim_text(tiny_tokenizer, "def f(x):\n    return x +", "\nprint(f(1))\n", PromptBudget(layout="psm-mid"))
     assert text == "<|fim_prefix|>def f(x):\n<|fim_suffix|>\nprint(f(1))\n<|fim_middle|>    return x +"
+    # Only indentation on the cursor's line: it stays in the prefix (after <|fim_middle|> the model would
+    # add a space of its own).
+    text = build_fim_text(tiny_tokenizer, "def f(x):\n    ", "\nprint(f(1))\n", PromptBudget(layout="psm-mid"))
+    assert text == "<|fim_prefix|>def f(x):\n    <|fim_suffix|>\nprint(f(1))\n<|fim_middle|>"
 
 
 def test_unknown_layout_is_a_clear_error():

@@ -228,6 +228,7 @@ class QualityRecord:
     repeats_suffix: bool
     stops_right: bool
     ms: float
+    stop_reason: str = "eos"
 
 
 def score(point: QualityPoint, variant: str, raw: str, stop_reason: str, prompt_tokens: int,
@@ -235,14 +236,17 @@ def score(point: QualityPoint, variant: str, raw: str, stop_reason: str, prompt_
     from rapidfuzz.distance import Levenshtein
 
     shown = tidy_completion(raw, point.prefix, point.suffix, stop_reason)
-    first = shown.strip("\n").split("\n", 1)[0].strip()
+    # Strict about leading whitespace and newlines: the cursor is at the line's indentation, so a space
+    # or a blank line first is what the editor would insert, and wrong.
+    first = shown.split("\n", 1)[0].rstrip()
     return QualityRecord(
         point.name, point.language, point.cross_file, variant, prompt_tokens, raw, shown,
         exact=first == point.hole,
-        edit_similarity=Levenshtein.normalized_similarity(shown.strip(), point.hole),
+        edit_similarity=Levenshtein.normalized_similarity(shown.rstrip(), point.hole),
         repeats_suffix=suffix_repeat_cut(raw, point.prefix, point.suffix, final=True) is not None,
         stops_right=bool(shown.strip()) and "\n" not in shown.strip("\n"),
         ms=ms,
+        stop_reason=stop_reason,
     )
 
 
@@ -312,6 +316,13 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in table]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
+
+
+def rescore(records: list[dict[str, Any]], points: list[QualityPoint]) -> list[QualityRecord]:
+    """Records (as saved in a report) scored again from their raw output, e.g. after a scoring change."""
+    by_name = {p.name: p for p in points}
+    return [score(by_name[r["point"]], r["variant"], r["raw"], r.get("stop_reason", "eos"), r["prompt_tokens"],
+                  r["ms"]) for r in records if r["point"] in by_name]
 
 
 def main_from_args(args: Any) -> int:

@@ -12,7 +12,7 @@ cached once and survives typing in the current file. The FIM part has one of thr
   end of P, so the whole suffix is evaluated again;
 - ``psm-mid`` (llama.vim's): ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>L`` where L is the cursor
   line up to the cursor and P ends at that line's start: typing within a line only appends to L, and the
-  suffix stays cached until the cursor changes line;
+  suffix stays cached until the cursor changes line. While the line holds only indentation, it is PSM;
 - ``spm``: ``<|fim_suffix|>S<|fim_prefix|>P<|fim_middle|>`` — typing only appends to P, but the model
   was trained mostly on PSM.
 """
@@ -160,7 +160,11 @@ def build_fim_text(
         head_end = prefix.rfind("\n") + 1
         line_head = prefix[head_end:]
         line_tokens = _token_count(tokenizer, line_head)
-        if line_tokens < prefix_budget // 2:  # a huge cursor line: plain PSM
+        # Only indentation so far: it stays in the prefix, as in PSM. After <|fim_middle|> the model
+        # would read it as a separate token and add a space of its own (" return" after 8 spaces), so
+        # the cursor's line moves behind <|fim_middle|> once it has code; that costs the suffix once
+        # per line, not once per keystroke.
+        if line_head.strip() and line_tokens < prefix_budget // 2:  # a huge cursor line: plain PSM
             prefix_text = trim_prefix(tokenizer, prefix[:head_end], prefix_budget - line_tokens,
                                       budget.anchor_lines)
             return f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}{line_head}"
