@@ -264,7 +264,8 @@ def stop_for(point: QualityPoint) -> Callable[[str], int | None] | None:
 
 
 def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max_tokens: int = 32,
-                progress: Callable[[str], None] | None = None) -> list[QualityRecord]:
+                progress: Callable[[str], None] | None = None,
+                on_record: Callable[[QualityRecord], None] | None = None) -> list[QualityRecord]:
     table = variants()
     unknown = [n for n in names if n not in table]
     if unknown:
@@ -281,6 +282,8 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
                                             stop_predicate=stops[point.name])
             record = score(point, name, result.text, result.stop_reason, len(ids), (time.perf_counter() - t0) * 1e3)
             records.append(record)
+            if on_record is not None:
+                on_record(record)
             if progress:
                 progress(f"[{name} {i + 1}/{len(points)}] {point.name} {'=' if record.exact else '~'} "
                          f"{record.shown.strip()[:60]!r}")
@@ -343,14 +346,16 @@ def main_from_args(args: Any) -> int:
           f"{len({p.language for p in points})} languages) x {len(names)} variants on {completer.runtime}",
           file=sys.stderr)
     records: list[QualityRecord] = []
-    for name in names:  # the report is rewritten after each variant: a long run keeps what it measured
-        records += run_quality(completer, points, [name], max_tokens=args.max_tokens,
-                               progress=lambda m: print(m, file=sys.stderr, flush=True))
-        rows = summarise(records)
+
+    def save(record: QualityRecord) -> None:  # after every point: a long run keeps what it measured
+        records.append(record)
         if args.json_out:
-            atomic_write_text(args.json_out, json.dumps({"summary": rows, "budget": QUALITY_BUDGET,
+            atomic_write_text(args.json_out, json.dumps({"summary": summarise(records), "budget": QUALITY_BUDGET,
                                                          "max_tokens": args.max_tokens,
                                                          "records": [asdict(r) for r in records]}, indent=1))
-    print(format_summary(rows))
+
+    run_quality(completer, points, names, max_tokens=args.max_tokens,
+                progress=lambda m: print(m, file=sys.stderr, flush=True), on_record=save)
+    print(format_summary(summarise(records)))
     print(f"({(time.perf_counter() - started) / 60:.1f} minutes)")
     return 0
