@@ -50,7 +50,9 @@ def test_bench_k_comparison_tuned_vs_fixed(tmp_path, tiny_dirs, capsys):
     points = tmp_path / "points.jsonl"
     points.write_text(json.dumps({"path": "sample.py", "line": 8, "character": 4}) + "\n")
     profile = tmp_path / "profile.toml"
-    profile.write_text("version = 1\n[languages.python]\nstatement_start = { k = 3 }\nblock_start = { k = 3 }\n")
+    # K values written for the torch runtime are used as written there (no costs needed to re-choose them).
+    profile.write_text("version = 1\n[models]\nruntime = \"torch\"\n"
+                       "[languages.python]\nstatement_start = { k = 3 }\nblock_start = { k = 3 }\n")
     out = tmp_path / "bench.json"
     rc = main(["bench", "--points", str(points), "--target", str(tiny_dirs["target"]),
                "--draft", str(tiny_dirs["target"]), "--backend", "torch", "--dtype", "float32",

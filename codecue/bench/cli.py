@@ -267,9 +267,9 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         tuned_k = None
         if any(m.endswith(f"@{TUNED}") for m in wanted):
-            from codecue.tuning.policy import KPolicy
+            from codecue.tuning.machine_costs import policy_for
 
-            policy = KPolicy.load(str(args.profile) if args.profile else None, runtime=name)
+            policy = policy_for(name, *completer.names, str(args.profile) if args.profile else None)
             tuned_k = policy.current_k
             print(f"tuned K from profile: {policy.profile.source} (runtime {name}, costs: draft step "
                   f"{policy.costs.draft_cost:.2f}, verify K=4 {policy.costs.verify_cost(4):.2f})", file=sys.stderr)
