@@ -221,6 +221,11 @@ def test_next_and_previous_alternatives(start, tmp_path, native):
     open_python(nvim, tmp_path)
     nvim.type("i" + TYPED)
     nvim.wait_for(lambda: nvim.visible() == COMPLETION, "the first alternative")
+    # The last streamed piece can be drawn before the final answer (with its alternatives) is in; cycling
+    # is for a settled suggestion, so wait for it as a user's eye would.
+    nvim.wait_for(lambda: nvim.lua("local s = require('codecue.suggestion').get(vim.api.nvim_get_current_buf()) "
+                                   "return s.stream == nil and s.items ~= nil and #s.items >= 2"),
+                  "the final answer with both alternatives")
     alternative = COMPLETION.split("\n")[0] + "  # alternative 1"
     nvim.type("<M-]>")
     nvim.wait_for(lambda: nvim.visible() == alternative, "the second alternative")
