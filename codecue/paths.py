@@ -81,5 +81,17 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
         raise
 
 
+def read_json_object(path: Path) -> dict:
+    """A JSON object from ``path``; an empty dict when the file is missing, unreadable or not an object
+    (caches that are re-created when lost)."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from codecue.paths import atomic_write_text, cache_dir
+from codecue.paths import atomic_write_text, cache_dir, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +100,7 @@ def _checks_path() -> Path:
 
 
 def _read_checks() -> dict[str, Any]:
-    try:
-        data = json.loads(_checks_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_object(_checks_path())
 
 
 def _store_check(key: str, entry: dict[str, Any]) -> None:

@@ -198,20 +198,11 @@ class CompleterProcess:
         wants = tuple(name for name, fn in callbacks.items() if fn is not None)
         kwargs["extra_context"] = tuple(extra_context)
         self._conn.send(("complete", prefix, suffix, kwargs, wants))
-        while True:
-            kind, *payload = self._receive()
-            if kind == "text":
-                on_text(payload[0])
-            elif kind == "round":
-                on_round(payload[0])
-            elif kind == "stop?":
-                self._conn.send(stop_predicate(payload[0]))
-            elif kind == "cancelled?":
-                self._conn.send(bool(cancelled()))
-            elif kind == "done":
-                return payload[0]
-            elif kind == "error":
-                raise _rebuild_error(*payload)
+        return self._answer_until_done(
+            cancelled=cancelled,
+            notices={"text": on_text, "round": on_round},
+            questions={"stop?": stop_predicate},
+        )
 
     def reset_caches(self) -> None:
         self._conn.send(("reset",))
@@ -226,15 +217,25 @@ class CompleterProcess:
         self._conn.send(("measure",))
         return self._answer_until_done(cancelled=should_stop or (lambda: False))
 
-    def _answer_until_done(self, cancelled: Callable[[], bool] | None = None) -> Any:
+    def _answer_until_done(
+        self,
+        cancelled: Callable[[], bool] | None = None,
+        notices: dict[str, Callable[[Any], None] | None] | None = None,
+        questions: dict[str, Callable[[Any], Any] | None] | None = None,
+    ) -> Any:
+        """Serve the child's callbacks until it answers: ``notices`` (streamed text, round records) are
+        passed on, ``questions`` (``stop?``, and ``cancelled?`` through ``cancelled``) are answered."""
+        questions = {**(questions or {}), "cancelled?": (lambda: bool(cancelled())) if cancelled else None}
         while True:
             kind, *payload = self._receive()
-            if kind == "cancelled?" and cancelled is not None:
-                self._conn.send(bool(cancelled()))
-            elif kind == "done":
+            if kind == "done":
                 return payload[0]
-            elif kind == "error":
+            if kind == "error":
                 raise _rebuild_error(*payload)
+            if notices and notices.get(kind) is not None:
+                notices[kind](payload[0])
+            elif questions.get(kind) is not None:
+                self._conn.send(questions[kind](*payload))
 
     def close(self) -> None:
         if self._process.is_alive():

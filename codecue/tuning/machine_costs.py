@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from codecue.backends.native_check import cpu_model_name, cpu_signature
-from codecue.paths import atomic_write_text, cache_dir
+from codecue.paths import atomic_write_text, cache_dir, read_json_object
 from codecue.tuning.policy import DEFAULT_K_MAX, CostModel, KPolicy
 
 log = logging.getLogger(__name__)
@@ -99,11 +99,7 @@ def costs_file() -> Path:
 
 
 def _read_all() -> dict[str, Any]:
-    try:
-        data = json.loads(costs_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_object(costs_file())
 
 
 def load_machine_costs(runtime: str, target: str | None, draft: str | None) -> MachineCosts | None:
