@@ -199,19 +199,10 @@ def test_no_half_line_when_tokens_run_out():
 class SlowCompleter:
     """A stand-in completer whose generation runs until cancelled (or 10 s): it records what ran."""
 
-    runtime = "stand-in"
-    names = ("stand-in", None)
-
     def __init__(self) -> None:
-        self.budget = PromptBudget()
+        self.config = type("Config", (), {"budget": PromptBudget()})()
         self.started: list[str] = []
         self.running = threading.Event()
-
-    def close(self) -> None:
-        pass
-
-    def measure_costs(self, should_stop=None):
-        return None
 
     def complete(self, prefix, suffix, *, cancelled, **kwargs):
         from codecue.engine.speculative import GenerationResult, GenerationStats
@@ -227,7 +218,7 @@ class SlowCompleter:
     def build_prompt(self, prefix, suffix, extra_context=(), *, path=None):
         return [1, 2, 3]
 
-    def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None):
+    def warm(self, prompt, cancelled=None, step=32):
         self.started.append("warm")
         self.running.set()
         deadline = time.monotonic() + 10

@@ -149,7 +149,7 @@ class CodeCueServer(LanguageServer):
     def prompt_budget(self) -> PromptBudget:
         """The budget the worker's completer builds prompts with (the default until models are loaded)."""
         completer = self.worker.completer
-        return completer.budget if completer is not None else PromptBudget()
+        return completer.config.budget if completer is not None else PromptBudget()
 
     @property
     def model_choice(self) -> ModelChoice:
