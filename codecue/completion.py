@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from codecue.backends import CachedSequence, create_backend
-from codecue.backends.base import Backend, common_prefix_length
+from codecue.backends.base import Backend
 from codecue.engine.fim import PromptBudget, build_fim_prompt
 from codecue.engine.proposers import (
     DraftModelProposer,
@@ -207,9 +207,8 @@ class Completer:
                                                             str(draft_src.path) if draft_src else None))
 
     # -- prompts -------------------------------------------------------------------------------------
-    def build_prompt(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
-                     path: str | None = None) -> list[int]:
-        return build_fim_prompt(self.tokenizer, prefix, suffix, self.config.budget, extra_context, path=path)
+    def build_prompt(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = ()) -> list[int]:
+        return build_fim_prompt(self.tokenizer, prefix, suffix, self.config.budget, extra_context)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -284,8 +283,8 @@ class Completer:
                 return result
 
     def complete(self, prefix: str, suffix: str = "", *, extra_context: Sequence[tuple[str, str]] = (),
-                 path: str | None = None, **kwargs: Any) -> GenerationResult:
-        prompt = self.build_prompt(prefix, suffix, extra_context, path=path)
+                 **kwargs: Any) -> GenerationResult:
+        prompt = self.build_prompt(prefix, suffix, extra_context)
         return self.generate_ids(prompt, **kwargs)
 
     @property
@@ -307,31 +306,6 @@ class Completer:
         from codecue.tuning.machine_costs import measure_machine_costs, probe_text
 
         return measure_machine_costs(self, probe_text(), should_stop=should_stop)
-
-    def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = 32) -> int:
-        """Evaluate ``prompt`` into the target's KV cache ahead of a request, ``step`` tokens at a time,
-        checking ``cancelled`` between steps: a real request waits for one step at most. Returns how many
-        tokens were evaluated (what the cache did not hold already)."""
-        fed = 0
-        with self.lock:
-            have = common_prefix_length(self.target.tokens, prompt)
-            if have >= len(prompt):
-                return 0
-            for end in range(min(len(prompt), have + step), len(prompt) + step, step):
-                if cancelled is not None and cancelled():
-                    break
-                end = min(end, len(prompt))
-                before = self.target.fed_tokens
-                self.target.sync(prompt[:end], 1)
-                fed += self.target.fed_tokens - before
-                if end == len(prompt):
-                    break
-        return fed
-
-    def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
-                     path: str | None = None, cancelled: Callable[[], bool] | None = None) -> int:
-        """:meth:`warm` for the prompt of this cursor position."""
-        return self.warm(self.build_prompt(prefix, suffix, extra_context, path=path), cancelled)
 
     def reset_caches(self) -> None:
         with self.lock:

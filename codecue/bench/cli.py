@@ -32,19 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"methods to run (default: {' '.join(DEFAULT_METHODS)})")
     parser.add_argument("--json", dest="json_out", type=Path, help="write every run and the summary here")
     parser.add_argument("--plot", type=Path, help="draw a PNG of speedups per language")
-    parser.add_argument("--quality", action="store_true",
-                        help="completion quality on held-out multi-file projects: exact match, edit similarity, "
-                             "suffix repetition, stops, per prompt layout and context, and a llama.vim-style peer")
-    parser.add_argument("--variants", nargs="+", default=None,
-                        help="--quality: prompt variants LAYOUT/CONTEXT (psm|psm-mid|spm / none|heads|chunks) "
-                             "or llama.vim")
-    parser.add_argument("--per-language", type=int, default=26, help="--quality: points per language")
-    parser.add_argument("--prompt-cost", nargs="+", type=Path, metavar="FILE",
-                        help="prompt tokens evaluated per keystroke and per Enter at a new place, per prompt layout "
-                             "(the real tokenizer, no model run)")
-    parser.add_argument("--layouts", nargs="+", choices=["psm", "psm-mid", "spm"],
-                        help="--replay: compare these prompt layouts (typing, and Enter at new places)")
-    parser.add_argument("--enter-places", type=int, default=6, help="--replay --layouts: places to press Enter at")
     parser.add_argument("--replay", type=Path, help="keystroke-replay benchmark of the language server on FILE")
     parser.add_argument("--backends", nargs="+", metavar="TARGET[+DRAFT]",
                         help="run the engine methods on each of these backends in the same run; "
@@ -193,14 +180,6 @@ def run(args: argparse.Namespace) -> int:
         from codecue.server.replay import main_from_args
 
         return main_from_args(args)
-    if args.prompt_cost:
-        from codecue.bench.prompt_cost import main_from_args as cost_main
-
-        return cost_main(args)
-    if args.quality:
-        from codecue.bench.quality import main_from_args as quality_main
-
-        return quality_main(args)
     methods = args.methods or (QUICK_METHODS if args.quick else DEFAULT_METHODS)
     if args.k_compare:
         if any(not 1 <= k <= 64 for k in args.k_compare):

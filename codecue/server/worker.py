@@ -19,7 +19,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from codecue.engine.postprocess import tidy_completion
 from codecue.server.model_process import ModelProcessCrashed
 from codecue.server.prompt import stable_prefix
 
@@ -88,9 +87,6 @@ class GenerationJob:
     prefix: str
     suffix: str
     extra_context: Sequence[tuple[str, str]] = ()
-    path: str | None = None  # the document's name in the prompt (shown with project context)
-    background: bool = False  # work ahead (warm-up, prefetch): any real job cancels it
-    warm_only: bool = False  # only evaluate the prompt into the caches; the result is None
     max_tokens: int = 64
     temperature: float = 0.0
     k: int | None = None
@@ -167,9 +163,6 @@ class ModelWorker:
             if self._stopping:
                 job.future.set_exception(RuntimeError("the model worker is shutting down"))
                 return job.future
-            if not job.background:
-                # Work that only prepares the future never delays a request: drop it.
-                self._cancel_background_locked()
             self._queue.append(job)
             # A flood of requests (many documents at once) must not grow the queue without bound: the
             # oldest waiting jobs are the least likely to still matter.
@@ -183,14 +176,6 @@ class ModelWorker:
                 self._thread.start()
             self._cond.notify()
         return job.future
-
-    def _cancel_background_locked(self) -> None:
-        for waiting in [j for j in self._queue if j.background]:
-            self._queue.remove(waiting)
-            waiting.cancel()
-            waiting.future.set_result(None)
-        if self._running is not None and self._running.background:
-            self._running.cancel()
 
     @property
     def loaded(self) -> ModelChoice | None:
@@ -267,8 +252,7 @@ class ModelWorker:
                 self._cond.wait(timeout)
             if self._stopping:
                 return None
-            job = next((j for j in self._queue if not j.background), self._queue[0])
-            self._queue.remove(job)
+            job = self._queue.popleft()
             self._running = job
             return job
 
@@ -344,17 +328,10 @@ class ModelWorker:
                     continue
                 if not self.reuse_cache:
                     completer.reset_caches()
-                prefix = stable_prefix(job.prefix, completer.budget)
-                if job.warm_only:
-                    completer.warm_context(prefix, job.suffix, job.extra_context, path=job.path,
-                                           cancelled=job.poll_cancelled)
-                    job.future.set_result(None)
-                    continue
                 result = completer.complete(
-                    prefix,
+                    stable_prefix(job.prefix, completer.budget),
                     job.suffix,
                     extra_context=job.extra_context,
-                    path=job.path,
                     max_tokens=job.max_tokens,
                     k=job.k,
                     temperature=job.temperature,
@@ -365,8 +342,7 @@ class ModelWorker:
                     on_round=job.on_round,
                 )
                 self.generations += 1
-                shown = tidy_completion(result.text, job.prefix, job.suffix, result.stop_reason)
-                job.future.set_result(replace(result, text=shown) if shown != result.text else result)
+                job.future.set_result(result)
             except BaseException as exc:  # noqa: BLE001 - the job's owner reports it; the worker lives on
                 if isinstance(exc, ModelProcessCrashed):
                     with self._cond:  # the next job starts a new model process
