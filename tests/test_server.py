@@ -468,3 +468,15 @@ async def test_dispatch_stats_without_params_and_requests_after_shutdown(bare_se
     stats, bye, late = [r for r in _responses(writer.data) if r.get("id") in ("s", "bye", "late")]
     assert "languages" in stats["result"] and bye["result"] is None
     assert late["error"]["code"] == -32600 and server.closing and server.exit_code == 0
+
+
+async def test_read_frame_resynchronises_after_a_length_far_over_the_limit():
+    # A client that claims more than it sends must not block the connection: the reader moves on to the
+    # next header at once, also one glued to the end of the short body it did send.
+    body = json.dumps({"jsonrpc": "2.0", "method": "x"}).encode()
+    reader = asyncio.StreamReader()  # no EOF: waiting for the claimed bytes would hang
+    reader.feed_data(b"Content-Length: 99999999999999\r\n\r\n" + body + encode_frame(body) + encode_frame(body))
+    with pytest.raises(FrameTooLarge):
+        await asyncio.wait_for(read_frame(reader, max_bytes=40), 5)
+    assert await asyncio.wait_for(read_frame(reader, max_bytes=40), 5) == body
+    assert await asyncio.wait_for(read_frame(reader, max_bytes=40), 5) == body

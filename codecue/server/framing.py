@@ -2,17 +2,26 @@
 
 Pure asyncio and json: the stdio relay uses it without importing pygls or any model code. Reading is
 forgiving: junk header lines are skipped, an over-long line is dropped, and a body over the size limit is
-read and discarded (:class:`FrameTooLarge`) so the stream stays in step for the next message.
+read and discarded (:class:`FrameTooLarge`) so the stream stays in step for the next message. A length
+claimed far beyond the limit is not waited for (a client that sent it is out of step, and counting off its
+bytes could block the connection for good): the reader resynchronises on the next ``Content-Length``
+header instead, also one glued to the end of a body (``...}Content-Length: 42``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 STREAM_LIMIT = 1024 * 1024  # longest header line asyncio buffers before giving up on it
+
+
+# A Content-Length header at the start of a line, or right after the end of a JSON body that was not
+# followed by a line break (what a client that lied about a length leaves behind).
+_CONTENT_LENGTH = re.compile(rb"(?:^|(?<=[}\]]))content-length[ \t]*:[ \t]*(\S*)[ \t]*\r?\n?$", re.IGNORECASE)
 
 
 class FrameTooLarge(Exception):
@@ -37,14 +46,17 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_MESSAGE_
             if length is None:
                 continue  # a blank line without a header before it: noise
             break
-        name, sep, value = line.partition(b":")
-        if sep and name.strip().lower() == b"content-length":
+        header = _CONTENT_LENGTH.search(line)
+        if header is not None:
             try:
-                length = int(value.strip())
+                length = int(header.group(1))
             except ValueError:
                 length = None
             if length is not None and length < 0:
                 length = None
+    if length > 4 * max_bytes:
+        raise FrameTooLarge(f"message of {length} bytes is far over the {max_bytes}-byte limit; "
+                            "reading on from the next header")
     if length > max_bytes:
         remaining = length
         while remaining:
