@@ -117,6 +117,7 @@ def check_same_tokenizer(target: Any, draft: Any) -> None:
 def _apply_plan(config: CompleterConfig, target_src: Any) -> CompleterConfig:
     """``--backend auto`` for a GGUF target on a CPU: the runtime plan's choice for this machine."""
     from codecue.backends import cuda_available
+    from codecue.models.requantize import AS_IS, requantized
     from codecue.models.resolve import resolve_model
     from codecue.tuning.plan import make_plan
 
@@ -129,8 +130,11 @@ def _apply_plan(config: CompleterConfig, target_src: Any) -> CompleterConfig:
     chosen = plan.chosen
     log.info("runtime plan: %s (%s)", chosen.label, plan.reason)
     mode = config.draft_mode if chosen.speculative else "none"
-    return replace(config, backend=chosen.backend, draft_backend=chosen.draft_backend, draft_mode=mode,
-                   k=0 if mode == "none" else config.k)
+    target = config.target
+    if chosen.layout != AS_IS:
+        target = str(requantized(target_src.path, chosen.layout))
+    return replace(config, target=target, backend=chosen.backend, draft_backend=chosen.draft_backend,
+                   draft_mode=mode, k=0 if mode == "none" else config.k)
 
 
 class Completer:
@@ -180,6 +184,7 @@ class Completer:
         target_src = resolve_model(config.target, "target")
         if config.backend == "auto" and config.draft_backend is None:
             config = _apply_plan(config, target_src)
+            target_src = resolve_model(config.target, "target")
         need_draft = config.draft_mode in ("hybrid", "model")
         draft_src = resolve_model(config.draft, "draft") if need_draft else None
         if draft_src is not None:

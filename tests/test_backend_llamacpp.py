@@ -313,3 +313,45 @@ def test_peers_without_repack_restore_llama_cpp_defaults(tiny: dict[str, Path], 
     assert lib.llama_model_default_params().use_extra_bufts  # llama.cpp's default is untouched
     with LlamaCppPeers(tiny["gguf"], n_ctx=128) as peers:
         assert peers.target_only(prompt, 8, stop_ids=())[0] == tokens
+
+
+@needs_llama_cpp
+def test_requantized_layout_is_made_once_atomically_and_computes_nearly_the_same(tiny: dict[str, Path], backend,
+                                                                                 tokenizer, tmp_path) -> None:
+    import shutil
+
+    from codecue.models.requantize import derived_path, requantized
+
+    source = tmp_path / "tiny.gguf"
+    shutil.copy(tiny["gguf"], source)
+    made = requantized(source, "q8_0", n_threads=1)
+    assert made == derived_path(source, "q8_0") and made.is_file()
+    assert not list(tmp_path.glob("*.partial"))
+    assert made.stat().st_size < source.stat().st_size  # F32 tensors became 8-bit ones
+    stamp = made.stat().st_mtime_ns
+    assert requantized(source, "q8_0") == made and made.stat().st_mtime_ns == stamp  # cached, not made again
+    ids = tokenizer.encode(CORPUS[0], add_special_tokens=False)
+    backend.reset()
+    reference = backend.forward(ids)
+    with llamacpp.LlamaCppBackend.load(made, n_ctx=64) as derived:
+        logits = derived.forward(ids)
+    assert logits.shape == reference.shape
+    assert not torch.equal(logits, reference)  # really another layout
+    agree = (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()
+    assert agree >= 0.8, agree
+
+
+@needs_llama_cpp
+def test_layout_quality_compares_the_derived_file_with_its_source(tiny: dict[str, Path], tmp_path, monkeypatch):
+    import shutil
+
+    from codecue.bench import layouts
+
+    source = tmp_path / "tiny.gguf"
+    shutil.copy(tiny["gguf"], source)
+    monkeypatch.setattr(layouts, "TOKENS_PER_FILE", 24)
+    quality, ppl_source, ppl_derived = layouts.layout_quality(source, "q8_0")
+    assert quality.tokens == 16 * 23  # every held-out file, teacher-forced
+    assert ppl_source > 1 and ppl_derived > 1 and ppl_source != ppl_derived
+    assert quality.perplexity_ratio == pytest.approx(ppl_derived / ppl_source, abs=1e-4)
+    assert 0.8 <= quality.top1_agreement <= 1.0

@@ -158,3 +158,30 @@ def test_the_server_measures_costs_in_idle_time_and_the_policy_uses_them(make_co
     finally:
         worker.shutdown(timeout=10)
         monkeypatch.setattr(ContextHooks, "_policy", None)
+
+
+def test_plan_offers_a_derived_layout_only_when_it_keeps_quality_and_serves_it_when_fastest(costs_file, pair,
+                                                                                            monkeypatch):
+    from codecue.models import requantize
+
+    target, draft = pair
+    profile = profile_with_rounds({RoundRecord(4, 1, 4): 5})
+    name = Path(target).name
+    monkeypatch.setattr(requantize, "MEASURED_QUALITY", {(name, "q4_0"): requantize.LayoutQuality(1.05, 0.9, 100)})
+    assert all(r.candidate.layout == requantize.AS_IS for r in make_plan(target, draft, profile, llamacpp=True).rows)
+
+    monkeypatch.setattr(requantize, "MEASURED_QUALITY", {(name, "q4_0"): requantize.LayoutQuality(1.01, 0.95, 100)})
+    plan = make_plan(target, draft, profile, llamacpp=True)
+    derived = [r.candidate for r in plan.rows if r.candidate.layout == "q4_0"]
+    assert [c.speculative for c in derived] == [False, True]
+    derived_file = derived[0].target_file(target)
+    assert derived_file != target and derived_file == str(requantize.derived_path(Path(target), "q4_0"))
+
+    # Measured here: the shipped layout steps in 80 ms, the derived one in 40: the plan serves the derived.
+    store_machine_costs(MachineCosts("llamacpp", 80.0, 10.0, None), target, None)
+    store_machine_costs(MachineCosts("llamacpp", 40.0, 9.0, None), derived_file, None)
+    plan = make_plan(target, draft, profile, llamacpp=True)
+    assert plan.chosen == derived[0] and plan.row(derived[0]).ms_per_token == 40.0
+    # A changed source file is another source: its derived file (and costs) are not the old ones.
+    Path(target).write_bytes(b"t" * 101)
+    assert derived[0].target_file(target) != derived_file

@@ -171,10 +171,14 @@ def draw_plot(summaries: list, methods: list[str], path: Path, title: str) -> No
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from codecue.bench.points import builtin_points, load_points_file
     from codecue.bench.runner import PEER_METHODS, TUNED, is_engine_method, run_points, summarise
     from codecue.completion import Completer
     from codecue.engine.fim import PromptBudget
+    from codecue.models.requantize import AS_IS, requantized
+    from codecue.models.resolve import resolve_model
 
     if args.replay:
         from codecue.server.replay import main_from_args
@@ -221,6 +225,13 @@ def run(args: argparse.Namespace) -> int:
             # Load the plan's runtime with a draft (the other methods need it); ``default`` decodes as planned.
             args.draft_backend = plan.chosen.draft_backend or plan.chosen.backend
             print(f"runtime plan: {plan.chosen.label} ({plan.reason})", file=sys.stderr)
+    served = config
+    if plan is not None and plan.chosen.layout != AS_IS:
+        # The plan serves the target re-quantized here; the peers keep the shipped file (the plain decoder
+        # a user would otherwise run), so their outputs differ from ours by the layout, not by the decoding.
+        served = replace(config, target=str(requantized(resolve_model(config.target, "target").path,
+                                                        plan.chosen.layout)))
+        print(f"target served as {plan.chosen.layout}: {served.target}", file=sys.stderr)
     backends = args.backends or [plan.chosen.backend if plan else args.backend]
     records = []
     labels = []
@@ -232,9 +243,9 @@ def run(args: argparse.Namespace) -> int:
             if b and b not in ("auto", "torch", "llamacpp", "exllamav2"):
                 raise CodeCueError(f"unknown backend {b!r} in --backends {backend}",
                                    "use torch, llamacpp, exllamav2, or TARGET+DRAFT")
-        config.backend = target_backend
-        config.draft_backend = draft_backend or args.draft_backend
-        completer = Completer.load(config)
+        config.backend = served.backend = target_backend
+        config.draft_backend = served.draft_backend = draft_backend or args.draft_backend
+        completer = Completer.load(served)
         name = completer.runtime
         label = (lambda m, name=name: f"{name}:{m}") if len(backends) > 1 else (lambda m: m)
         # peers run once, next to the backend they belong to

@@ -25,15 +25,20 @@ def _cpu_line() -> tuple[str, list[str]]:
     return cpu_model_name(), sorted(f for f in flags if f.startswith(("amx", "avx512f", "avx512_bf16", "avx_vnni")))
 
 
-def _measure(candidate: Any, args: argparse.Namespace) -> None:
+def _measure(candidate: Any, target: Any, args: argparse.Namespace) -> None:
     from dataclasses import replace
 
     from codecue.commands.common import config_from_args
     from codecue.completion import Completer
+    from codecue.models.requantize import AS_IS, requantized
     from codecue.tuning.machine_costs import store_machine_costs
 
-    config = replace(config_from_args(args), backend=candidate.backend, draft_backend=candidate.draft_backend,
-                     draft_mode=candidate.draft_mode)
+    target_file = str(target.path)
+    if candidate.layout != AS_IS:
+        print(f"re-quantizing {target.path.name} to {candidate.layout} ...", file=sys.stderr, flush=True)
+        target_file = str(requantized(target.path, candidate.layout))
+    config = replace(config_from_args(args), target=target_file, backend=candidate.backend,
+                     draft_backend=candidate.draft_backend, draft_mode=candidate.draft_mode)
     print(f"measuring {candidate.label} ...", file=sys.stderr, flush=True)
     completer = Completer.load(config)
     try:
@@ -62,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.measure:
         for row in plan.rows:
             if row.measured is None:
-                _measure(row.candidate, args)
+                _measure(row.candidate, target, args)
         plan = make_plan(str(target.path), str(draft.path))
     report["costs_file"] = str(costs_file())
     report["plan"] = [{

@@ -1,7 +1,9 @@
 """The runtime plan: which configuration serves fastest on this machine, from costs measured here.
 
 Candidates are the runtimes and pairings present: llama.cpp target-only, llama.cpp speculative (target
-and draft on llama.cpp), torch target with a llama.cpp draft, and torch. Each is priced with what was
+and draft on llama.cpp), torch target with a llama.cpp draft, and torch; on llama.cpp also the target in
+each derived weight layout that keeps its quality (:mod:`codecue.models.requantize`), target-only and
+speculative. Each is priced with what was
 measured on this machine (:mod:`codecue.tuning.machine_costs`) and the profile's recorded rounds: expected
 time per token = target step / replayed speedup at the best K (1 for target-only), time to first token =
 prefill per token x a typical prompt. The plan picks the lowest time per token, then the lowest TTFT.
@@ -14,8 +16,10 @@ from __future__ import annotations
 import importlib.util
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from codecue.engine.rounds import RoundRecord
+from codecue.models.requantize import AS_IS, derived_path, offered_layouts
 from codecue.tuning.machine_costs import MachineCosts, load_machine_costs
 from codecue.tuning.policy import DEFAULT_K_MAX, best_k_replay
 from codecue.tuning.profile import Profile, load_profile
@@ -26,12 +30,18 @@ TIE = 0.02  # time-per-token estimates within 2% are a tie; TTFT decides
 
 @dataclass(frozen=True)
 class Candidate:
-    """One way to serve: the target's runtime, the draft's (None: no draft) and the drafting mode."""
+    """One way to serve: the target's runtime, the draft's (None: no draft), the drafting mode, and the
+    target's weight layout (as shipped, or re-quantized here)."""
 
     label: str
     backend: str
     draft_backend: str | None
     draft_mode: str
+    layout: str = AS_IS
+
+    def target_file(self, target: str) -> str:
+        """The model file this candidate serves as the target (a derived one may not exist yet)."""
+        return target if self.layout == AS_IS else str(derived_path(Path(target), self.layout))
 
     @property
     def runtime(self) -> str:
@@ -51,13 +61,16 @@ TORCH_WITH_LLAMACPP_DRAFT = Candidate("torch target + llama.cpp draft", "torch",
 TORCH_SPECULATIVE = Candidate("torch speculative", "torch", "torch", "hybrid")
 
 
-def candidates(llamacpp: bool | None = None) -> list[Candidate]:
+def candidates(llamacpp: bool | None = None, layouts: tuple[str, ...] = ()) -> list[Candidate]:
     if llamacpp is None:
         llamacpp = importlib.util.find_spec("llama_cpp") is not None
     torch_only = [TORCH_SPECULATIVE]
     if not llamacpp:
         return torch_only
-    return [LLAMACPP_TARGET_ONLY, LLAMACPP_SPECULATIVE, TORCH_WITH_LLAMACPP_DRAFT, *torch_only]
+    derived = [Candidate(f"{base.label}, target as {layout.upper()}", base.backend, base.draft_backend,
+                         base.draft_mode, layout)
+               for layout in layouts for base in (LLAMACPP_TARGET_ONLY, LLAMACPP_SPECULATIVE)]
+    return [LLAMACPP_TARGET_ONLY, LLAMACPP_SPECULATIVE, *derived, TORCH_WITH_LLAMACPP_DRAFT, *torch_only]
 
 
 @dataclass(frozen=True)
@@ -103,6 +116,7 @@ def price(candidate: Candidate, measured: MachineCosts | None, rounds: Counter[R
 def measured_for(candidate: Candidate, target: str, draft: str | None) -> MachineCosts | None:
     """What this machine measured for the candidate. A target-only candidate also takes the target timings
     of a speculative measurement on the same runtime (the target step is the same)."""
+    target = candidate.target_file(target)
     if not candidate.speculative:
         own = load_machine_costs(candidate.runtime, target, None)
         if own is not None or draft is None:
@@ -120,7 +134,8 @@ def make_plan(target: str, draft: str | None, profile: Profile | None = None,
     """The plan for serving ``target`` (with ``draft``) on this machine; paths are resolved model files."""
     profile = profile if profile is not None else load_profile()
     rounds = all_rounds(profile)
-    rows = [price(c, measured_for(c, target, draft), rounds, profile.k_max) for c in candidates(llamacpp)]
+    layouts = tuple(offered_layouts(Path(target))) if Path(target).suffix == ".gguf" else ()
+    rows = [price(c, measured_for(c, target, draft), rounds, profile.k_max) for c in candidates(llamacpp, layouts)]
     priced = [r for r in rows if r.ms_per_token is not None]
     if not priced:
         # Loaded with its draft but decoding target-only (K = 0 while costs are unknown), so that the

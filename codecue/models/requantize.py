@@ -1,0 +1,89 @@
+"""Weight layouts made on this machine: a GGUF target re-quantized to a type with fast CPU kernels here.
+
+The shipped target is Q4_K_M. On 2 cores llama.cpp's one-token step is compute-bound, and some types run
+far faster than others on a given CPU (on a Sapphire Rapids Xeon with AMX: Q4_K_M 84 ms a step, the same
+model re-quantized to Q4_0 38 ms). ``llama_model_quantize`` (bound in llama-cpp-python) re-quantizes the
+file locally in seconds; the result is cached next to the pulled models and written atomically.
+
+A layout is offered to the runtime plan only where its quality was measured against the file it derives
+from (perplexity and top-1 agreement on the held-out corpus, ``python -m codecue.bench.layouts``) and
+stays within :data:`MAX_PERPLEXITY_INCREASE`. Those numbers belong to the model, not to a machine, so they
+ship; the speed is measured on the user's machine like every other cost.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from codecue.errors import BackendUnavailable, ModelError
+
+AS_IS = "as-is"
+MAX_PERPLEXITY_INCREASE = 0.02  # a derived layout may raise held-out perplexity by at most 2%
+
+_FTYPES = {"q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
+
+
+@dataclass(frozen=True)
+class LayoutQuality:
+    """A derived layout against its source on the held-out corpus (``python -m codecue.bench.layouts``)."""
+
+    perplexity_ratio: float  # derived / source
+    top1_agreement: float  # share of positions where both predict the same next token
+    tokens: int
+
+    @property
+    def keeps_quality(self) -> bool:
+        return self.perplexity_ratio <= 1 + MAX_PERPLEXITY_INCREASE
+
+
+# Measured on the 16 held-out corpus files (first 768 tokens each), llama.cpp 0.3.36, repacked weights:
+# source perplexity 2.1072, Q4_0 2.1404. (Q8_0 keeps quality too, 0.9934 / 0.9893, but is not offered: its
+# 1.65 GB cannot be read in under ~59 ms at 28 GB/s, slower than Q4_0's measured 38 ms step, and its
+# flatter verification (9 tokens: 1.81 x 75 ms) still costs more than Q4_0's (2.61 x 38 ms).)
+MEASURED_QUALITY: dict[tuple[str, str], LayoutQuality] = {
+    ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "q4_0"): LayoutQuality(1.0158, 0.9526, 12272),
+}
+
+
+def offered_layouts(source: Path) -> list[str]:
+    """The derived layouts of ``source`` that the plan may serve: measured, and within the quality bound."""
+    return [layout for (name, layout), quality in MEASURED_QUALITY.items()
+            if name == source.name and quality.keeps_quality]
+
+
+def derived_path(source: Path, layout: str) -> Path:
+    """Where ``source`` re-quantized to ``layout`` is cached: next to it, named by layout and source identity."""
+    if layout not in _FTYPES:
+        raise ValueError(f"unknown weight layout {layout!r}; choose one of {', '.join(_FTYPES)}")
+    stat = source.stat()
+    identity = hashlib.sha256(f"{source.resolve()}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:10]
+    return source.with_name(f"{source.stem}.{layout}-{identity}.gguf")
+
+
+def requantized(source: Path, layout: str, n_threads: int | None = None) -> Path:
+    """``source`` re-quantized to ``layout`` (every tensor), made once and cached; its path."""
+    target = derived_path(source, layout)
+    if target.is_file():
+        return target
+    try:
+        import llama_cpp.llama_cpp as lib
+    except (ImportError, OSError, RuntimeError) as exc:
+        raise BackendUnavailable(f"re-quantizing needs llama-cpp-python ({exc})",
+                                 "install it with: pip install 'codecue[llamacpp]'") from exc
+    params = lib.llama_model_quantize_default_params()
+    params.nthread = n_threads or (os.cpu_count() or 1)
+    params.ftype = getattr(lib, _FTYPES[layout])
+    params.allow_requantize = True  # the source is already quantized: re-lay its weights, nothing else
+    params.pure = True  # every tensor in the one type, so that every matmul has the fast kernel
+    partial = target.with_name(target.name + ".partial")
+    status = lib.llama_model_quantize(str(source).encode(), str(partial).encode(), ctypes.byref(params))
+    if status != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise ModelError(f"llama.cpp could not re-quantize {source} to {layout} (status {status})",
+                         "check the file with `codecue models verify`")
+    os.replace(partial, target)  # a half-written file is never taken for a model
+    return target
