@@ -279,3 +279,30 @@ async def _streamed(client: RawClient, msg_id: str, pending: asyncio.Future) -> 
 async def _dead(pid: int) -> bool:
     return not _alive(pid)
 
+
+
+# -- shutdown while a generation runs ---------------------------------------------------------------------
+
+
+async def test_shutdown_during_a_generation_answers_both_requests_once_and_exits_cleanly(tiny_dirs, tmp_path):
+    client = await RawClient.start(throttled_cmd(tiny_dirs["target"], delay_ms=150), server_env(tmp_path))
+    uri = "file:///s.txt"
+    try:
+        await client.initialize({"maxTokens": 64})
+        client.open(uri, DOC)
+        for _ in range(3):
+            running = client.complete(uri, *END)
+            await asyncio.sleep(0.5)  # the generation is under way (each forward pass takes 150 ms)
+            if not running.done():
+                break
+        assert not running.done(), "the generation finished before the shutdown could race it"
+        shutdown = await client.call("shutdown")
+        assert shutdown.get("result", "missing") is None, shutdown  # answered without an error
+        answer = await asyncio.wait_for(running, 30)
+        assert "result" in answer or answer["error"]["code"] == -32800, answer  # done or RequestCancelled
+        ids = [e.get("id") for e in client.events if "id" in e and "method" not in e]
+        assert len(ids) == len(set(ids)), ids  # every request answered exactly once
+        client.notify("exit")
+        assert await asyncio.wait_for(client.process.wait(), 30) == 0
+    finally:
+        await client.kill()
