@@ -555,7 +555,7 @@ def test_importing_codecue_never_imports_exllamav2(tmp_path) -> None:
     planted = tmp_path / "site" / "exllamav2"
     planted.mkdir(parents=True)
     (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
-    code = ("import codecue.backends, codecue.backends.exllamav2, codecue.models.cli, codecue.cli;"
+    code = ("import codecue.backends, codecue.backends.exllamav2, codecue.commands.models, codecue.cli;"
             "codecue.cli.build_parser(); import sys; print('exllamav2' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO)])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)

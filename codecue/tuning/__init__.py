@@ -3,7 +3,7 @@
 ``KPolicy.k_for(language, context_class)`` answers the K for a request (0 = speculation off) and
 ``KPolicy.observe_round(...)`` takes each verification round's outcome (a ``RoundRecord``); K is chosen by
 replaying recorded rounds under each cap (``best_k_replay``). Profiles are TOML
-(:mod:`codecue.tuning.profile`); ``codecue tune`` (:mod:`codecue.tuning.cli`) measures and writes them.
+(:mod:`codecue.tuning.profile`); ``codecue tune`` (:mod:`codecue.commands.tune`) measures and writes them.
 """
 
 from codecue.tuning.policy import (

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from codecue.server.cli import add_model_arguments, model_choice, model_factory, model_flags
+from codecue.commands.serve import add_model_arguments, model_choice, model_factory, model_flags
 
 NOT_RUNNING = 3  # as `systemctl status` says for a stopped unit
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from codecue.commands.common import add_model_arguments, config_from_args
 from codecue.errors import CodeCueError
 from codecue.tuning.policy import DEFAULT_K_MAX
 
@@ -20,8 +21,6 @@ DEFAULT_CORPUS = Path(__file__).parent.parent / "bench" / "corpus" / "tuning"  #
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from codecue.commands.common import add_model_arguments
-
     parser.add_argument(
         "--languages", nargs="+", metavar="LANG", help="languages to tune (default: every language in the corpus)"
     )
@@ -174,13 +173,8 @@ def run(args: argparse.Namespace) -> int:
             tallies = {key: tally for key, tally in tallies.items() if key[0] in keep}
     else:
         files = corpus_files(args.corpus, args.languages)
-        try:
-            from codecue.commands.common import config_from_args
-            from codecue.completion import Completer
-        except ImportError as exc:
-            raise CodeCueError(
-                f"the speculative engine is not available ({exc})", "codecue tune needs codecue.completion"
-            ) from None
+        from codecue.completion import Completer
+
         if not 1 <= args.k <= args.k_max:
             raise CodeCueError(f"--k (the K used while measuring) must be in 1..{args.k_max}")
         config = config_from_args(args)
@@ -245,7 +239,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_costs_only(args: argparse.Namespace) -> int:
     """Measure this runtime's costs and merge them into an existing profile (acceptance is kept)."""
-    from codecue.commands.common import config_from_args
     from codecue.completion import Completer
     from codecue.tuning.profile import dumps_profile, load_profile, save_profile, user_profile_path
     from codecue.tuning.tuner import measure_costs
