@@ -15,7 +15,7 @@ from typing import Any
 
 from codecue.commands.common import add_model_arguments, config_from_args
 from codecue.errors import CodeCueError
-from codecue.tuning.policy import DEFAULT_K_MAX
+from codecue.tuning.k_choice import DEFAULT_K_MAX
 
 DEFAULT_CORPUS = Path(__file__).parent.parent / "bench" / "corpus" / "tuning"  # never the held-out set
 
@@ -104,7 +104,7 @@ def _measurements_to_json(tallies: dict, costs: Any, meta: dict[str, Any]) -> st
 
 def _measurements_from_json(path: Path) -> tuple[dict, Any, dict[str, str]]:
     from codecue.engine.rounds import RoundRecord
-    from codecue.tuning.policy import CostModel
+    from codecue.tuning.k_choice import CostModel
     from codecue.tuning.tuner import Tally
 
     try:

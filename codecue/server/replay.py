@@ -32,7 +32,8 @@ from codecue.errors import CodeCueError
 from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
 
 if TYPE_CHECKING:
-    from codecue.completion import Completer, CompleterConfig
+    from codecue.completion import Completer
+    from codecue.models.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -163,13 +164,14 @@ class _Client:
 async def _replay(completer: Completer, text: str, uri: str, language_id: str, *, reuse: bool, start: int,
                   end: int, interval_s: float, pause_s: float, max_tokens: int,
                   settle_s: float) -> dict[str, Any]:
+    from codecue.models.config import ModelConfig
     from codecue.server.session import CodeCueServer
     from codecue.server.transport import serve_session
-    from codecue.server.worker import ModelChoice, ModelWorker
+    from codecue.server.worker import ModelWorker
 
     # Costs are measured once per machine and pair, in idle time; a replay times keystrokes, so it leaves
     # that to the server (a measurement in a pause would delay the keystroke after it by one timed pass).
-    worker = ModelWorker(ModelChoice(), factory=lambda choice: completer, idle_unload_s=None, reuse_cache=reuse,
+    worker = ModelWorker(ModelConfig(), factory=lambda choice: completer, idle_unload_s=None, reuse_cache=reuse,
                          measure_costs=False)
     server = CodeCueServer(worker)
     server_sock, client_sock = socket.socketpair()
@@ -261,7 +263,7 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
     }
 
 
-def _load(file: str | Path, completer_config: CompleterConfig | None) -> tuple[str, Completer]:
+def _load(file: str | Path, completer_config: ModelConfig | None) -> tuple[str, Completer]:
     from codecue.completion import Completer
 
     path = Path(file)
@@ -272,7 +274,7 @@ def _load(file: str | Path, completer_config: CompleterConfig | None) -> tuple[s
     return text, Completer.load(completer_config)
 
 
-def run_replay(file: str | Path, completer_config: CompleterConfig | None = None, reuse: bool = True, *,
+def run_replay(file: str | Path, completer_config: ModelConfig | None = None, reuse: bool = True, *,
                keystrokes: int = 40, interval_ms: float = 150.0, pause_ms: float = 700.0, max_tokens: int = 32,
                start: int | None = None, language_id: str | None = None, settle_s: float = 60.0,
                completer: Completer | None = None) -> dict[str, Any]:
@@ -301,7 +303,7 @@ def run_replay(file: str | Path, completer_config: CompleterConfig | None = None
     return report
 
 
-def run_replay_pair(file: str | Path, completer_config: CompleterConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+def run_replay_pair(file: str | Path, completer_config: ModelConfig | None = None, **kwargs: Any) -> dict[str, Any]:
     """Reuse on, then off, on one loaded model pair: ``{"reuse": {...}, "no_reuse": {...}}``."""
     text, completer = _load(file, completer_config)
     del text
