@@ -16,12 +16,12 @@ from codecue.errors import CodeCueError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "complete": ("codecue.commands.complete", "complete at a position in a file and print the text"),
-    "bench": ("codecue.bench.cli", "benchmark speculative decoding against target-only and peers"),
-    "models": ("codecue.models.cli", "list, pull, verify (and convert) models"),
-    "serve": ("codecue.server.cli", "run the language server (what editors spawn)"),
-    "daemon": ("codecue.server.daemon_cli", "start, stop or query the per-user daemon"),
-    "explain": ("codecue.context.cli", "show the cursor context, K and scope at a position"),
-    "tune": ("codecue.tuning.cli", "measure acceptance per language and context, write a K profile"),
+    "bench": ("codecue.commands.bench", "benchmark speculative decoding against target-only and peers"),
+    "models": ("codecue.commands.models", "list, pull, verify (and convert) models"),
+    "serve": ("codecue.commands.serve", "run the language server (what editors spawn)"),
+    "daemon": ("codecue.commands.daemon", "start, stop or query the per-user daemon"),
+    "explain": ("codecue.commands.explain", "show the cursor context, K and scope at a position"),
+    "tune": ("codecue.commands.tune", "measure acceptance per language and context, write a K profile"),
     "doctor": ("codecue.commands.doctor", "this machine: native runtime checks, measured costs, the runtime plan"),
 }
 

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -29,39 +29,12 @@ from codecue.engine.proposers import (
 from codecue.engine.rounds import RoundRecord
 from codecue.engine.speculative import GenerationParams, GenerationResult, GenerationStats, generate
 from codecue.errors import CodeCueError, ModelError
-from codecue.options import DRAFT_MODES
+from codecue.models.config import DRAFT_MODES, ModelConfig
 from codecue.paths import cache_dir
 from codecue.tuning.machine_costs import MachineCosts
 
 log = logging.getLogger(__name__)
 
-
-
-@dataclass
-class CompleterConfig:
-    target: str | None = None  # registry name or path; None = configured default
-    draft: str | None = None
-    backend: str = "auto"  # auto | torch | llamacpp | exllamav2
-    draft_backend: str | None = None  # None = same as backend
-    dtype: str = "auto"  # auto | float32 | bfloat16 | int8 (torch backend)
-    draft_dtype: str | None = None
-    device: str = "auto"
-    draft_mode: str = "hybrid"  # hybrid | model | ngram | none
-    k: int = 4
-    min_confidence: float = 0.4  # draft early stop
-    draft_vocab: str = "code"  # code: the draft's head scores only ASCII code tokens (when the backend can)
-    n_ctx: int = 4096
-    budget: PromptBudget = field(default_factory=PromptBudget)
-
-    def validate(self) -> None:
-        if self.draft_mode not in DRAFT_MODES:
-            raise CodeCueError(f"unknown draft mode {self.draft_mode!r}", f"choose one of {', '.join(DRAFT_MODES)}")
-        if not 0 <= self.k <= 32:
-            raise CodeCueError(f"k={self.k} is out of range", "choose 0 (no speculation) to 32")
-        if self.draft_vocab not in ("code", "full"):
-            raise CodeCueError(f"unknown draft vocabulary {self.draft_vocab!r}", "choose code or full")
-        if not 0.0 <= self.min_confidence < 1.0:
-            raise CodeCueError("min_confidence must be in [0, 1)")
 
 
 def load_tokenizer(source: Any):
@@ -114,7 +87,7 @@ def check_same_tokenizer(target: Any, draft: Any) -> None:
         )
 
 
-def _apply_plan(config: CompleterConfig, target_src: Any) -> CompleterConfig:
+def _apply_plan(config: ModelConfig, target_src: Any) -> ModelConfig:
     """``--backend auto`` for a GGUF target on a CPU: the runtime plan's choice for this machine."""
     from codecue.backends import cuda_available
     from codecue.models.requantize import AS_IS, requantized
@@ -140,9 +113,9 @@ def _apply_plan(config: CompleterConfig, target_src: Any) -> CompleterConfig:
 class Completer:
     """Holds the models and their caches; one completion at a time (``lock``)."""
 
-    def __init__(self, tokenizer, target: Backend, draft: Backend | None, config: CompleterConfig | None = None,
+    def __init__(self, tokenizer, target: Backend, draft: Backend | None, config: ModelConfig | None = None,
                  names: tuple[str, str | None] = ("target", "draft")) -> None:
-        self.config = config or CompleterConfig()
+        self.config = config or ModelConfig()
         self.config.validate()
         self.tokenizer = tokenizer
         if draft is not None and draft.vocab_size != target.vocab_size:
@@ -176,10 +149,10 @@ class Completer:
         return name
 
     @classmethod
-    def load(cls, config: CompleterConfig | None = None) -> Completer:
+    def load(cls, config: ModelConfig | None = None) -> Completer:
         from codecue.models.resolve import resolve_model
 
-        config = config or CompleterConfig()
+        config = config or ModelConfig()
         config.validate()
         target_src = resolve_model(config.target, "target")
         if config.backend == "auto" and config.draft_backend is None:
@@ -213,7 +186,7 @@ class Completer:
 
     # -- prompts -------------------------------------------------------------------------------------
     def build_prompt(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = ()) -> list[int]:
-        return build_fim_prompt(self.tokenizer, prefix, suffix, self.config.budget, extra_context)
+        return build_fim_prompt(self.tokenizer, prefix, suffix, self.budget, extra_context)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -294,7 +267,7 @@ class Completer:
 
     @property
     def budget(self) -> PromptBudget:
-        return self.config.budget
+        return self.config.budget or PromptBudget()
 
     def close(self) -> None:
         """Free both models now (a backend that holds native memory frees it in ``close``)."""

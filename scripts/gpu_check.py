@@ -2,16 +2,17 @@
 
 Steps (run in order; ``all`` = every step in one process):
 
-- ``prepare``: build the models. On the GPU: random-weight Qwen2 models with the real shapes of
-  Qwen2.5-Coder-1.5B (target) and -0.5B (draft), saved as FP16 safetensors (the real 1.6 GB models cannot
-  travel to the GPU machine), plus tiny models for the conformance suite. With ``--tiny``: tiny models only.
+- ``prepare``: build the speed step's models. On the GPU: random-weight Qwen2 models with the real shapes
+  of Qwen2.5-Coder-1.5B (target) and -0.5B (draft), saved as FP16 safetensors (the real 1.6 GB models
+  cannot travel to the GPU machine). With ``--tiny``: tiny models.
   The output head is scaled up (as in codecue.testing) so that distributions are peaked like a trained
   model's: then the target's greedy choice is rarely a near-tie and a self-draft is accepted ~always.
-- ``conformance``: the shared conformance suite (tests/test_backend_conformance.py), its test functions
-  called here with this machine's backends: torch (on CUDA in float32, the suite's tolerances are for
-  float32 logits) and exllamav2 (FP16).
-- ``speed``: per backend, ms per target step, per draft step, per verification of K+1 tokens (K = 1..8)
-  after a prompt; and greedy generation target-only vs speculative with a self-draft (the target's own
+- ``conformance``: the conformance suite (tests/test_backend_conformance.py) run by pytest, on each
+  backend: on the GPU its ``gpu``-marked runtimes (``pytest -m gpu``: torch on CUDA in float32, the suite's
+  tolerances are for float32 logits, and exllamav2 in FP16); the outcome is read from pytest's JUnit XML.
+- ``speed``: per backend, ms per target step, per draft step, per verification of K+1 tokens (K = 1..8),
+  measured by the tuner's own cost measurement (:func:`codecue.tuning.machine_costs.measure_machine_costs`);
+  and greedy generation target-only vs speculative with a self-draft (the target's own
   weights with a second cache: acceptance ~1, the upper bound) and with the draft model (random weights,
   unrelated to the target: acceptance ~0, the lower bound). torch runs bf16 on CUDA; exllamav2 FP16.
 - ``report``: one markdown table (printed, and written to ``--out`` or ``$OUT``) from the steps' JSON.
@@ -23,17 +24,14 @@ that checks this script (tests/test_backend_exllamav2.py runs it).
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import inspect
 import json
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,31 +79,24 @@ def build_random_qwen2(path: Path, shape: dict[str, Any], seed: int, device: str
     return path
 
 
-def model_dirs(work: Path, tiny: bool, device: str) -> dict[str, Path]:
-    """The models each step uses; ``prepare`` builds them, the others only read them."""
+def model_dirs(work: Path, tiny: bool) -> dict[str, Path]:
+    """The models the speed step uses; ``prepare`` builds them, the others only read them."""
     if tiny:
-        tiny_target, tiny_draft = work / "tiny-target", work / "tiny-draft"
-        return {"conf_target": tiny_target, "conf_draft": tiny_draft, "target": tiny_target, "draft": tiny_draft}
-    # On the GPU the suite runs on a wider tiny model too: head_dim 128 like the 1.5B (hidden 512 / 4 heads).
-    return {"conf_target": work / "tiny-wide-target", "conf_draft": work / "tiny-wide-draft",
-            "target": work / "target-1.5b", "draft": work / "draft-0.5b"}
+        return {"target": work / "tiny-target", "draft": work / "tiny-draft"}
+    return {"target": work / "target-1.5b", "draft": work / "draft-0.5b"}
 
 
 def prepare(work: Path, tiny: bool, device: str) -> dict[str, Any]:
     from codecue.testing import build_tiny_model_dir
 
     work.mkdir(parents=True, exist_ok=True)
-    dirs = model_dirs(work, tiny, device)
+    dirs = model_dirs(work, tiny)
     started = time.perf_counter()
-    hidden = 64 if tiny else 512
-    # Keep the logits in the range the suite's tolerances were measured on (about ±5 at hidden 64): their
-    # spread grows with sqrt(hidden), and FP16 rounding grows with their size.
-    logit_scale = 8.0 * (64 / hidden) ** 0.5
-    for role, seed in (("conf_target", 0), ("conf_draft", 1)):
-        if not (dirs[role] / "config.json").is_file():
-            build_tiny_model_dir(dirs[role], seed=seed, hidden_size=hidden, logit_scale=logit_scale)
-    if not tiny:
-        for role, seed in (("target", 0), ("draft", 1)):
+    for role, seed in (("target", 0), ("draft", 1)):
+        if tiny:
+            if not (dirs[role] / "config.json").is_file():
+                build_tiny_model_dir(dirs[role], seed=seed)
+        else:
             build_random_qwen2(dirs[role], QWEN_SHAPES[dirs[role].name], seed, device)
     sizes = {role: sum(f.stat().st_size for f in path.glob("*.safetensors")) for role, path in dirs.items()}
     return {"seconds": round(time.perf_counter() - started, 1), "models": {k: str(v) for k, v in dirs.items()},
@@ -119,14 +110,14 @@ class Unavailable(Exception):
     """This backend cannot run here (the reason goes into the table)."""
 
 
-def load_backend(name: str, path: Path, device: str, purpose: str, max_seq_len: int) -> Any:
-    """``purpose``: "conformance" (torch in float32) or "speed" (torch in bf16 on CUDA)."""
+def load_backend(name: str, path: Path, device: str, max_seq_len: int) -> Any:
+    """A backend for the speed step: torch in bf16 on CUDA (float32 on the CPU), exllamav2 in FP16."""
     from codecue.errors import BackendUnavailable
 
     if name == "torch":
         from codecue.backends.torch_backend import TorchBackend
 
-        dtype = "bfloat16" if purpose == "speed" and device == "cuda" else "float32"
+        dtype = "bfloat16" if device == "cuda" else "float32"
         return TorchBackend.from_pretrained(path, dtype=dtype, device=device)
     if name == "exllamav2":
         from codecue.backends.exllamav2 import ExLlamaV2Backend
@@ -155,102 +146,77 @@ def backend_label(name: str, device: str, purpose: str) -> str:
 
 # -- conformance -------------------------------------------------------------------------------------------
 
-
-def load_conformance_suite() -> Any:
-    spec = importlib.util.spec_from_file_location("codecue_conformance_suite", REPO / "tests" / "test_backend_conformance.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+CONFORMANCE_SUITE = REPO / "tests" / "test_backend_conformance.py"
 
 
-def suite_cases(module: Any) -> Iterator[tuple[str, Callable[..., Any], dict[str, Any]]]:
-    """Every ``test_*`` function with each of its ``pytest.mark.parametrize`` argument sets."""
-    for name, func in vars(module).items():
-        if not (name.startswith("test_") and inspect.isfunction(func)):
-            continue
-        variants: list[dict[str, Any]] = [{}]
-        for mark in getattr(func, "pytestmark", []):
-            if mark.name != "parametrize":
-                continue
-            argnames, values = mark.args[0], mark.args[1]
-            names = [n.strip() for n in argnames.split(",")] if isinstance(argnames, str) else list(argnames)
-            variants = [{**v, **dict(zip(names, value if len(names) > 1 else (value,), strict=True))}
-                        for v in variants for value in values]
-        for params in variants:
-            suffix = "[" + "-".join(str(v) for v in params.values()) + "]" if params else ""
-            yield name + suffix, func, params
+def conformance_runtime(name: str, device: str) -> str:
+    """The suite's id for a runtime: torch on the GPU is its own (``gpu``-marked) runtime there."""
+    return "torch_cuda" if name == "torch" and device == "cuda" else name
 
 
-def run_conformance(name: str, dirs: dict[str, Path], device: str) -> dict[str, Any]:
+def run_conformance(name: str, device: str, results: Path) -> dict[str, Any]:
+    """The conformance suite (tests/test_backend_conformance.py) on one runtime, run by pytest itself:
+    ``-m gpu`` selects the GPU runtimes, ``-k`` the one asked for; the outcome is read from its JUnit XML."""
     import pytest
 
-    from codecue.testing import build_tokenizer
+    runtime = conformance_runtime(name, device)
+    junit = results / f"conformance-{name}.xml"
+    keyword = "torch and not torch_cuda" if runtime == "torch" else runtime
+    args = [str(CONFORMANCE_SUITE), "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={junit}", "-k", keyword]
+    if device == "cuda":
+        args += ["-m", "gpu"]
+    pytest.main(args)
+    outcomes = junit_outcomes(junit, runtime)
+    if outcomes and all(v.startswith("skipped") for v in outcomes.values()):
+        return {"unavailable": next(iter(outcomes.values())).removeprefix("skipped: ")}
+    counts = {state: sum(r.startswith(state) for r in outcomes.values()) for state in ("passed", "failed", "error", "skipped")}
+    return {"label": backend_label(name, device, "conformance"), "counts": counts, "results": outcomes}
 
-    suite = load_conformance_suite()
-    try:
-        loaded = {"target": load_backend(name, dirs["conf_target"], device, "conformance", 1024),
-                  "draft": load_backend(name, dirs["conf_draft"], device, "conformance", 1024)}
-    except Unavailable as exc:
-        return {"unavailable": str(exc)}
-    loaded["self_draft"] = second_context(loaded["target"])
-    tokenizer = build_tokenizer()
-    results: dict[str, str] = {}
-    for case, func, params in suite_cases(suite):
-        fixtures = {"loaded": loaded, "tokenizer": tokenizer, "target": loaded["target"], "draft": loaded["draft"]}
-        missing = [p for p in inspect.signature(func).parameters if p not in fixtures and p not in params]
-        if missing:
-            results[case] = f"skipped: needs fixture {', '.join(missing)}"
+
+def junit_outcomes(junit: Path, runtime: str) -> dict[str, str]:
+    """Each test case of ``runtime`` in a JUnit XML report: "passed", or "failed: ..." etc. with the message."""
+    import xml.etree.ElementTree as ElementTree
+
+    if not junit.is_file():
+        return {}
+    outcomes: dict[str, str] = {}
+    for case in ElementTree.parse(junit).iter("testcase"):
+        name = case.get("name", "")
+        params = name.partition("[")[2].rstrip("]").split("-")
+        if runtime not in params:
             continue
-        for backend in loaded.values():
-            backend.reset()
-        kwargs = {p: params.get(p, fixtures.get(p)) for p in inspect.signature(func).parameters}
-        try:
-            func(**kwargs)
-            results[case] = "passed"
-        except pytest.skip.Exception as exc:
-            results[case] = f"skipped: {exc}"
-        except (AssertionError, pytest.fail.Exception) as exc:
-            results[case] = "failed: " + (str(exc).strip().splitlines() or ["assertion failed"])[0][:300]
-        except Exception as exc:  # noqa: BLE001 - a backend error is a result too
-            results[case] = f"error: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
-    counts = {state: sum(r.startswith(state) for r in results.values()) for state in ("passed", "failed", "error", "skipped")}
-    return {"label": backend_label(name, device, "conformance"), "counts": counts, "results": results,
-            "models": {"target": str(dirs["conf_target"]), "draft": str(dirs["conf_draft"])}}
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            found = case.find(tag)
+            if found is not None:
+                message = (found.get("message") or found.text or "").strip().splitlines()
+                state = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+                outcome = f"{state}: {message[0][:300] if message else ''}"
+                break
+        outcomes[name] = outcome
+    return outcomes
 
 
 # -- speed ------------------------------------------------------------------------------------------------
 
 
-def median_ms(fn: Callable[[], Any], reps: int, setup: Callable[[], Any] | None = None, warmup: int = 2) -> float:
-    """Median wall time of ``fn`` in ms; ``setup`` runs untimed before each call. Backends return CPU
-    tensors, so every call ends with the GPU synchronised."""
-    times = []
-    for i in range(warmup + reps):
-        if setup is not None:
-            setup()
-        t0 = time.perf_counter()
-        fn()
-        if i >= warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+def step_costs(target: Any, draft: Any, prompt_tokens: int, reps: int) -> dict[str, float]:
+    """ms for: prefill per token, one target step, one draft step, verification of K+1 tokens; measured
+    by the tuner's own cost measurement (what the server does in idle time), on these backends."""
+    from codecue.completion import Completer
+    from codecue.models.config import ModelConfig
+    from codecue.testing import build_tokenizer
+    from codecue.tuning.machine_costs import measure_machine_costs, probe_text
 
-
-def step_costs(target: Any, draft: Any, prompt: list[int], reps: int) -> dict[str, float]:
-    """ms for: prefill of the prompt, one target step, one draft step, verification of K+1 tokens."""
-    p = len(prompt)
-    extra = [(t * 31 + 7) % target.vocab_size for t in prompt[: max(VERIFY_KS) + 1]]
-    out: dict[str, float] = {}
-    out["prefill"] = median_ms(lambda: target.forward(prompt, 1), max(1, reps // 4), setup=target.reset, warmup=1)
-    for name, backend in (("target_step", target), ("draft_step", draft)):
-        backend.reset()
-        backend.forward(prompt, 1)
-        out[name] = median_ms(lambda b=backend: b.forward(extra[:1], 1), reps, setup=lambda b=backend: b.truncate(p))
-    target.reset()
-    target.forward(prompt, 1)
+    completer = Completer(build_tokenizer(), target, draft, ModelConfig(draft_vocab="full"))
+    measured = measure_machine_costs(completer, probe_text(), k_max=max(VERIFY_KS), repeats=reps,
+                                     prefill_tokens=min(128, prompt_tokens), min_context=prompt_tokens)
+    assert measured.costs is not None  # measured with a draft
+    step = measured.target_step_ms
+    out = {"prefill_per_token": measured.prefill_ms_per_token, "target_step": step,
+           "draft_step": measured.costs.draft_cost * step}
     for k in VERIFY_KS:
-        out[f"verify_{k + 1}"] = median_ms(lambda k=k: target.forward(extra[: k + 1], k + 1), reps,
-                                           setup=lambda: target.truncate(p))
+        out[f"verify_{k + 1}"] = measured.costs.verify_cost(k) * step
     return out
 
 
@@ -276,15 +242,15 @@ def run_speed(name: str, dirs: dict[str, Path], device: str, prompt_tokens: int,
     max_seq_len = prompt_tokens + new_tokens + 2 * max(VERIFY_KS) + 16
     started = time.perf_counter()
     try:
-        target = load_backend(name, dirs["target"], device, "speed", max_seq_len)
-        draft = load_backend(name, dirs["draft"], device, "speed", max_seq_len)
+        target = load_backend(name, dirs["target"], device, max_seq_len)
+        draft = load_backend(name, dirs["draft"], device, max_seq_len)
     except Unavailable as exc:
         return {"unavailable": str(exc)}
     load_s = time.perf_counter() - started
     self_draft = second_context(target)
     rng = random.Random(0)
     prompt = [rng.randrange(1, target.vocab_size) for _ in range(prompt_tokens)]
-    costs = step_costs(target, draft, prompt, reps)
+    costs = step_costs(target, draft, prompt_tokens, reps)
     generation(target, None, prompt, min(8, new_tokens), 0)  # warm-up (kernels, graphs, allocator)
     gen = {"target_only": generation(target, None, prompt, new_tokens, 0),
            "self_draft": generation(target, self_draft, prompt, new_tokens, k),
@@ -374,7 +340,7 @@ def render_report(results: Path, backends: tuple[str, ...]) -> str:
     row("conformance suite", lambda e: f"{e['counts']['passed']} passed, {e['counts']['failed']} failed, "
         f"{e['counts']['error']} errors, {e['counts']['skipped']} skipped ({e['label']})", conf)
     row("load target + draft, s", lambda e: f"{e['load_seconds']:.1f}", speed)
-    row("prefill of the prompt, ms", lambda e: f"{e['costs_ms']['prefill']:.1f}", speed)
+    row("prefill, ms per token", lambda e: f"{e['costs_ms']['prefill_per_token']:.3f}", speed)
     row("target step (1 token), ms", lambda e: f"{e['costs_ms']['target_step']:.2f}", speed)
     row("draft step (1 token), ms", lambda e: f"{e['costs_ms']['draft_step']:.2f}", speed)
     for k in VERIFY_KS:
@@ -398,10 +364,6 @@ def render_report(results: Path, backends: tuple[str, ...]) -> str:
             notes += [f"- {b} conformance {k}: {v}" for k, v in bad.items()]
     if build and build.get("status") != "ok" and build.get("log_tail"):
         notes.append("- exllamav2 build log (end): " + " / ".join(build["log_tail"][-5:]))
-    pytest_out = results / "pytest-exllamav2.txt"
-    if pytest_out.is_file():
-        tail = [line for line in pytest_out.read_text().splitlines() if line.strip()][-1:]
-        notes.append(f"- pytest tests/test_backend_conformance.py -k exllamav2: {tail[0] if tail else '(no output)'}")
     if prep:
         notes.append(f"- models built in {prep.get('seconds')} s")
     if notes:
@@ -456,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     def save(name: str, data: dict[str, Any]) -> None:
         atomic_write_text(args.results / f"{name}.json", json.dumps(data, indent=2))
 
-    dirs = model_dirs(args.work, args.tiny, args.device)
+    dirs = model_dirs(args.work, args.tiny)
     for step in args.steps:
         started = time.perf_counter()
         if step == "prepare":
@@ -466,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.backends:
                 try:
                     if step == "conformance":
-                        data = run_conformance(name, dirs, args.device)
+                        data = run_conformance(name, args.device, args.results)
                     else:
                         data = run_speed(name, dirs, args.device, args.prompt_tokens, args.new_tokens, args.reps, args.k)
                 except Exception as exc:  # noqa: BLE001 - record it and go on with the other backend

@@ -127,7 +127,7 @@ print("exllamav2", exllamav2.__version__, "imported (extension built) in %.0f s"
   BUILD_PID=$!
 fi
 
-# -- meanwhile: models, and the torch backend's conformance on CUDA -------------------------------------------
+# -- meanwhile: models, and the torch backend's conformance on CUDA (pytest -m gpu) ---------------------------
 COMMON=(--device cuda --work "$WORK/models" --results "$RESULTS" --out "$OUT_DIR")
 run_step 150 "build the models" "$PY" scripts/gpu_check.py prepare "${COMMON[@]}" \
   || { echo "!! could not build the models"; }
@@ -167,14 +167,6 @@ for backend in ${BACKENDS//,/ }; do
   run_step 120 "speed, $backend" "$PY" scripts/gpu_check.py speed --backends "$backend" "${COMMON[@]}" \
     || note_failure speed "$backend" "did not finish in time (see the log)"
 done
-
-# The suite once more through pytest itself (its own fixtures and tiny models), if time is left.
-if [ "$EXLLAMAV2_OK" = 1 ]; then
-  run_step 90 "pytest tests/test_backend_conformance.py -k exllamav2" \
-    "$PY" -m pytest tests/test_backend_conformance.py -k exllamav2 -q -rs -p no:cacheprovider \
-    > "$RESULTS/pytest-exllamav2.txt" 2>&1
-  tail -n 15 "$RESULTS/pytest-exllamav2.txt"
-fi
 
 BUDGET=$((BUDGET + 25))  # the report always gets its turn
 run_step 30 "report" "$PY" scripts/gpu_check.py report --backends torch,exllamav2 "${COMMON[@]}"

@@ -43,14 +43,15 @@ def tiny_tokenizer(tiny_dirs):
 def make_completer(tiny_dirs, tiny_tokenizer):
     """make_completer(draft="target"|"unrelated"|None, **config) -> Completer on tiny fp32 models."""
     from codecue.backends.torch_backend import TorchBackend
-    from codecue.completion import Completer, CompleterConfig
+    from codecue.completion import Completer
+    from codecue.models.config import ModelConfig
 
     def make(draft: str | None = "target", **config):
         target = TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32")
         d = TorchBackend.from_pretrained(tiny_dirs[draft], dtype="float32") if draft else None
         config.setdefault("min_confidence", 0.0)
         config.setdefault("draft_vocab", "full")  # tiny random models emit non-ASCII bytes
-        return Completer(tiny_tokenizer, target, d, CompleterConfig(**config))
+        return Completer(tiny_tokenizer, target, d, ModelConfig(**config))
 
     return make
 

@@ -2,7 +2,9 @@
 
 It runs once per backend available here, on tiny random-weight models built in the test: torch on a
 tiny HF directory, llama.cpp on the same weights converted to GGUF, exllamav2 (CUDA only) on the HF
-directory. A backend that cannot run here is skipped with the reason (see it with ``pytest -rs``).
+directory, and torch on CUDA. A backend that cannot run here is skipped with the reason (see it with
+``pytest -rs``). The GPU runtimes are marked ``gpu``: ``pytest -m gpu`` runs them alone (what
+``scripts/gpu_check.sh`` does on a GPU machine), on wider tiny models (head size 128, like the real 1.5B).
 
 Tolerances: a backend's multi-token evaluation and its one-token steps run different kernels (batched
 matmuls, another attention tiling, llama.cpp's F16 KV cache), so logits agree closely but not bit for bit.
@@ -42,17 +44,22 @@ OTHER_CONTINUATION = "class Point:\n    def __init__(self, x, y):\n"
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A tiny target (seed 0) and an unrelated tiny draft (seed 1), as HF directories and as GGUF files."""
+    """A tiny target (seed 0) and an unrelated tiny draft (seed 1), as HF directories."""
     from codecue.testing import build_tiny_model_dir
-    from codecue.testing_gguf import build_tiny_gguf
 
     root = tmp_path_factory.mktemp("conformance")
-    return {
-        "target_dir": build_tiny_model_dir(root / "target", seed=0),
-        "draft_dir": build_tiny_model_dir(root / "draft", seed=1),
-        "target_gguf": build_tiny_gguf(root / "target.gguf", seed=0),
-        "draft_gguf": build_tiny_gguf(root / "draft.gguf", seed=1),
-    }
+    return {"target_dir": build_tiny_model_dir(root / "target", seed=0),
+            "draft_dir": build_tiny_model_dir(root / "draft", seed=1)}
+
+
+@pytest.fixture(scope="module")
+def tiny_ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The same tiny target and draft as GGUF files."""
+    from codecue.testing_gguf import build_tiny_gguf
+
+    root = tmp_path_factory.mktemp("conformance-gguf")
+    return {"target_gguf": build_tiny_gguf(root / "target.gguf", seed=0),
+            "draft_gguf": build_tiny_gguf(root / "draft.gguf", seed=1)}
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +69,29 @@ def tokenizer():
     return build_tokenizer()
 
 
+@pytest.fixture(scope="module")
+def wide_tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny models with the real models' head size (hidden 512 over 4 heads), for the GPU runtimes' kernels.
+    Their logits are kept in the range the tolerances were measured on: the spread grows with sqrt(hidden)."""
+    from codecue.testing import build_tiny_model_dir
+
+    root = tmp_path_factory.mktemp("conformance-wide")
+    scale = 8.0 * (64 / 512) ** 0.5
+    return {"target_dir": build_tiny_model_dir(root / "target", seed=0, hidden_size=512, logit_scale=scale),
+            "draft_dir": build_tiny_model_dir(root / "draft", seed=1, hidden_size=512, logit_scale=scale)}
+
+
 def _load_torch(models: dict[str, Path], role: str) -> Backend:
     from codecue.backends.torch_backend import TorchBackend
 
     return TorchBackend.from_pretrained(models[f"{role}_dir"], dtype="float32", device="cpu")
+
+
+def _load_torch_cuda(models: dict[str, Path], role: str) -> Backend:
+    """float32 on the GPU: the tolerances are for float32 logits."""
+    from codecue.backends.torch_backend import TorchBackend
+
+    return TorchBackend.from_pretrained(models[f"{role}_dir"], dtype="float32", device="cuda")
 
 
 def _load_llamacpp(models: dict[str, Path], role: str) -> Backend:
@@ -79,8 +105,6 @@ def _load_llamacpp(models: dict[str, Path], role: str) -> Backend:
 
 
 def _load_exllamav2(models: dict[str, Path], role: str) -> Backend:
-    if not torch.cuda.is_available():
-        pytest.skip("exllamav2 backend needs a CUDA GPU; torch sees none")
     try:
         import exllamav2  # noqa: F401
     except ImportError as exc:
@@ -95,21 +119,30 @@ def _load_exllamav2(models: dict[str, Path], role: str) -> Backend:
 LOADERS: dict[str, Callable[[dict[str, Path], str], Backend]] = {
     "torch": _load_torch,
     "llamacpp": _load_llamacpp,
+    "torch_cuda": _load_torch_cuda,
     "exllamav2": _load_exllamav2,
 }
+GPU_RUNTIMES = ("torch_cuda", "exllamav2")
+MODELS = {"torch": "tiny_models", "llamacpp": "tiny_ggufs", "torch_cuda": "wide_tiny_models",
+          "exllamav2": "wide_tiny_models"}  # the fixture with each runtime's models, built when it runs
 
 
-@pytest.fixture(scope="module", params=sorted(LOADERS))
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=pytest.mark.gpu) if name in GPU_RUNTIMES else name for name in sorted(LOADERS)
+])
 def backend_name(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
 @pytest.fixture(scope="module")
-def loaded(backend_name: str, tiny_models: dict[str, Path]) -> Iterator[dict[str, Backend]]:
+def loaded(backend_name: str, request: pytest.FixtureRequest) -> Iterator[dict[str, Backend]]:
     """Target, draft and a second copy of the target on one runtime, loaded once; tests reset them."""
+    if backend_name in GPU_RUNTIMES and not torch.cuda.is_available():
+        pytest.skip(f"{backend_name} needs a CUDA GPU; torch sees none")
     load = LOADERS[backend_name]
-    backends = {"target": load(tiny_models, "target"), "draft": load(tiny_models, "draft")}
-    backends["self_draft"] = load(tiny_models, "target")  # a second context over the target's weights
+    models = request.getfixturevalue(MODELS[backend_name])
+    backends = {"target": load(models, "target"), "draft": load(models, "draft")}
+    backends["self_draft"] = load(models, "target")  # a second context over the target's weights
     yield backends
     for backend in backends.values():
         close = getattr(backend, "close", None)

@@ -555,7 +555,7 @@ def test_importing_codecue_never_imports_exllamav2(tmp_path) -> None:
     planted = tmp_path / "site" / "exllamav2"
     planted.mkdir(parents=True)
     (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
-    code = ("import codecue.backends, codecue.backends.exllamav2, codecue.models.cli, codecue.cli;"
+    code = ("import codecue.backends, codecue.backends.exllamav2, codecue.commands.models, codecue.cli;"
             "codecue.cli.build_parser(); import sys; print('exllamav2' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO)])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
@@ -604,7 +604,8 @@ def test_gpu_check_runs_every_step_for_exllamav2_on_the_stand_in(fake_gpu, tmp_p
     conformance = json.loads((results / "conformance-exllamav2.json").read_text())
     assert conformance["counts"]["passed"] == len(conformance["results"]) >= 15, conformance["results"]
     speed = json.loads((results / "speed-exllamav2.json").read_text())
-    assert set(speed["costs_ms"]) == {"prefill", "target_step", "draft_step", *(f"verify_{k + 1}" for k in range(1, 9))}
+    assert set(speed["costs_ms"]) == {"prefill_per_token", "target_step", "draft_step",
+                                      *(f"verify_{k + 1}" for k in range(1, 9))}
     assert all(value > 0 for value in speed["costs_ms"].values())
     self_draft, draft = speed["generation"]["self_draft"], speed["generation"]["draft"]
     assert self_draft["acceptance"] == 1.0 and self_draft["identical"]
@@ -630,6 +631,6 @@ def test_gpu_check_sh_dry_run_writes_the_table(tmp_path) -> None:
     assert re.search(r"\b(1[5-9]|[2-9]\d) passed, 0 failed, 0 errors", conformance_row), conformance_row
     if not torch.cuda.is_available():
         assert conformance_row.endswith("| n/a |")
-        assert "- exllamav2: the exllamav2 backend cannot run here" in table
+        assert "- exllamav2: exllamav2 needs a CUDA GPU; torch sees none" in table
     step_row = next(line for line in table.splitlines() if line.startswith("| target step"))
     assert float(step_row.split("|")[2]) > 0

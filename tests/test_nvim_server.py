@@ -43,8 +43,8 @@ def serve_cmd(target: Path | str, draft: Path | str) -> list[str]:
 @pytest.fixture
 def start(tmp_path: Path, tiny_dirs: dict[str, Path]):
     """start(setup=None, cmd=None) -> session on the tiny pair; closed after the test."""
-    if importlib.util.find_spec("codecue.server.cli") is None:
-        pytest.fail("codecue.server.cli is missing: `codecue serve` is not built")
+    if importlib.util.find_spec("codecue.commands.serve") is None:
+        pytest.fail("codecue.commands.serve is missing: `codecue serve` is not built")
     sessions: list[NvimSession] = []
 
     def _start(setup: dict[str, Any] | None = None, cmd: list[str] | None = None) -> NvimSession:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from codecue.engine.rounds import RoundRecord
+from codecue.tuning.k_choice import CostModel
 from codecue.tuning.machine_costs import (
     MachineCosts,
     MeasurementAbandoned,
@@ -23,7 +24,6 @@ from codecue.tuning.plan import (
     TORCH_WITH_LLAMACPP_DRAFT,
     make_plan,
 )
-from codecue.tuning.policy import CostModel
 from codecue.tuning.profile import ClassProfile, Profile
 
 TEXT = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n" * 20
@@ -134,30 +134,28 @@ def test_plan_breaks_ties_by_time_to_first_token(costs_file, pair):
     assert plan.chosen == TORCH_SPECULATIVE and "first token" in plan.reason
 
 
-def test_the_server_measures_costs_in_idle_time_and_the_policy_uses_them(make_completer, costs_file, monkeypatch):
-    from codecue.server.context_hooks import ContextHooks
-    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+def test_the_server_measures_costs_in_idle_time_and_the_policy_uses_them(make_completer, costs_file):
+    from codecue.models.config import ModelConfig
+    from codecue.server.worker import GenerationJob, ModelWorker
 
     completer = make_completer()
-    monkeypatch.setattr(ContextHooks, "_policy", None)
-    worker = ModelWorker(ModelChoice("t"), lambda choice: completer, idle_unload_s=None)
+    worker = ModelWorker(ModelConfig("t"), lambda choice: completer, idle_unload_s=None)
     try:
         assert load_machine_costs("torch", *completer.names) is None
-        worker.submit(GenerationJob(ModelChoice("t"), "def add(a, b):\n    ", "\n", max_tokens=4)).result(60)
+        worker.submit(GenerationJob(ModelConfig("t"), "def add(a, b):\n    ", "\n", max_tokens=4)).result(60)
         deadline = time.monotonic() + 120
         while worker.machine_costs is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert worker.machine_costs is not None and worker.machine_costs.runtime == "torch"
         assert load_machine_costs("torch", *completer.names) == worker.machine_costs
-        policy = ContextHooks.policy()
+        policy = worker.k_policy
         assert policy.runtime == "torch" and not policy.costs_unknown()
         assert policy.costs == worker.machine_costs.costs
         # The caches still hold the completion's prompt: the next keystroke reuses it.
-        again = worker.submit(GenerationJob(ModelChoice("t"), "def add(a, b):\n    ", "\n", max_tokens=4))
+        again = worker.submit(GenerationJob(ModelConfig("t"), "def add(a, b):\n    ", "\n", max_tokens=4))
         assert again.result(60).stats.prefilled_tokens <= 2
     finally:
         worker.shutdown(timeout=10)
-        monkeypatch.setattr(ContextHooks, "_policy", None)
 
 
 def test_plan_offers_a_derived_layout_only_when_it_keeps_quality_and_serves_it_when_fastest(costs_file, pair,

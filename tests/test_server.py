@@ -286,7 +286,8 @@ def test_tcp_accepts_loopback():
 
 
 def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer):
-    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+    from codecue.models.config import ModelConfig
+    from codecue.server.worker import GenerationJob, ModelWorker
 
     completer = make_completer()
     loads = []
@@ -295,12 +296,12 @@ def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer)
         loads.append(choice)
         return completer
 
-    worker = ModelWorker(ModelChoice("t"), factory, idle_unload_s=None)
+    worker = ModelWorker(ModelConfig("t"), factory, idle_unload_s=None)
     gate = threading.Event()
-    first = GenerationJob(ModelChoice("t"), "def add(a, b):\n    ", "\n", max_tokens=4,
+    first = GenerationJob(ModelConfig("t"), "def add(a, b):\n    ", "\n", max_tokens=4,
                           on_text=lambda text: gate.wait(5))
-    skipped = GenerationJob(ModelChoice("t"), "x", "", max_tokens=4)
-    last = GenerationJob(ModelChoice("t"), "import os\n", "", max_tokens=4)
+    skipped = GenerationJob(ModelConfig("t"), "x", "", max_tokens=4)
+    last = GenerationJob(ModelConfig("t"), "import os\n", "", max_tokens=4)
     futures = [worker.submit(job) for job in (first, skipped, last)]
     skipped.cancel()
     gate.set()
@@ -312,20 +313,40 @@ def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer)
     assert worker.status()["modelsLoaded"] is False  # shutdown unloads
 
 
-def test_worker_feeds_the_k_policy_joined_rounds(make_completer, monkeypatch):
+def test_each_worker_owns_its_k_policy_and_its_sessions_use_it():
+    """The K policy is the worker's, passed to its sessions: two workers (two servers in one process)
+    never share one, and what one learns does not reach the other."""
+    from codecue.server.context_hooks import CursorInfo
+    from codecue.server.session import CodeCueServer
+    from codecue.server.worker import ModelWorker
+    from codecue.tuning import KPolicy, PolicySettings
+
+    first, second = (KPolicy(settings=PolicySettings(min_rounds=1)) for _ in range(2))
+    workers = [ModelWorker(k_policy=first), ModelWorker(k_policy=second)]
+    sessions = [CodeCueServer(worker) for worker in (workers[0], workers[0], workers[1])]
+    assert [s.hooks.k_policy for s in sessions] == [first, first, second]
+    for _ in range(30):  # every draft of 6 accepted: the first policy deepens K for this class
+        first.observe("python", "call_arguments", 6, 6)
+    info = CursorInfo("python", "call_arguments")
+    assert sessions[0].hooks.k_for(info) == sessions[1].hooks.k_for(info) == first.k_for("python", "call_arguments")
+    assert sessions[2].hooks.k_for(info) == second.k_for("python", "call_arguments")
+    assert first.unsaved_rounds == 30 and second.unsaved_rounds == 0
+
+
+def test_worker_feeds_the_k_policy_joined_rounds(make_completer):
     """The server's round observer joins rounds that used their whole cap (so the policy can see deeper
     caps pay) and the worker closes it when the completion ends: every drafted and accepted token of the
     completion reaches the policy, none twice."""
+    from codecue.models.config import ModelConfig
     from codecue.server.context_hooks import ContextHooks, CursorInfo
-    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+    from codecue.server.worker import GenerationJob, ModelWorker
     from codecue.tuning import KPolicy, PolicySettings
 
     policy = KPolicy(settings=PolicySettings(min_rounds=1))
-    monkeypatch.setattr(ContextHooks, "_policy", policy)
     completer = make_completer(draft="target", draft_mode="model")  # every draft accepted: whole caps
-    worker = ModelWorker(ModelChoice("t"), lambda choice: completer, idle_unload_s=None)
-    job = GenerationJob(ModelChoice("t"), "def add(a, b):\n    ", "\n", max_tokens=12, k=3,
-                        on_round=ContextHooks().observer(CursorInfo("python", "block_start")))
+    worker = ModelWorker(ModelConfig("t"), lambda choice: completer, idle_unload_s=None, k_policy=policy)
+    job = GenerationJob(ModelConfig("t"), "def add(a, b):\n    ", "\n", max_tokens=12, k=3,
+                        on_round=ContextHooks(worker.k_policy).observer(CursorInfo("python", "block_start")))
     result = worker.submit(job).result(timeout=60)
     worker.shutdown()
     assert result is not None and result.stats.rounds > 2
@@ -336,30 +357,32 @@ def test_worker_feeds_the_k_policy_joined_rounds(make_completer, monkeypatch):
 
 
 def test_worker_reports_load_errors_on_the_job_and_keeps_running():
-    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+    from codecue.models.config import ModelConfig
+    from codecue.server.worker import GenerationJob, ModelWorker
 
     def factory(choice):
         raise CodeCueError(f"model {choice.target} not found", "pull it")
 
-    worker = ModelWorker(ModelChoice("missing"), factory, idle_unload_s=None)
+    worker = ModelWorker(ModelConfig("missing"), factory, idle_unload_s=None)
     for _ in range(2):
-        future = worker.submit(GenerationJob(ModelChoice("missing"), "x", ""))
+        future = worker.submit(GenerationJob(ModelConfig("missing"), "x", ""))
         with pytest.raises(CodeCueError, match="not found"):
             future.result(timeout=10)
     worker.shutdown()
 
 
 def test_worker_flood_drops_the_oldest_waiting_jobs(make_completer):
-    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+    from codecue.models.config import ModelConfig
+    from codecue.server.worker import GenerationJob, ModelWorker
 
     completer = make_completer()
-    worker = ModelWorker(ModelChoice(), lambda c: completer, idle_unload_s=None, max_pending=3)
+    worker = ModelWorker(ModelConfig(), lambda c: completer, idle_unload_s=None, max_pending=3)
     gate = threading.Event()
-    blocker = GenerationJob(ModelChoice(), "a", "", max_tokens=2, on_text=lambda t: gate.wait(5))
+    blocker = GenerationJob(ModelConfig(), "a", "", max_tokens=2, on_text=lambda t: gate.wait(5))
     worker.submit(blocker)
     while worker.status()["busy"] is False and not blocker.future.done():
         threading.Event().wait(0.01)
-    jobs = [GenerationJob(ModelChoice(), f"x{i}", "", max_tokens=2) for i in range(6)]
+    jobs = [GenerationJob(ModelConfig(), f"x{i}", "", max_tokens=2) for i in range(6)]
     futures = [worker.submit(job) for job in jobs]
     gate.set()
     results = [f.result(timeout=30) for f in futures]
@@ -369,11 +392,12 @@ def test_worker_flood_drops_the_oldest_waiting_jobs(make_completer):
 
 
 def test_worker_idle_timeout_unloads(make_completer):
-    from codecue.server.worker import GenerationJob, ModelChoice, ModelWorker
+    from codecue.models.config import ModelConfig
+    from codecue.server.worker import GenerationJob, ModelWorker
 
     completer = make_completer()
-    worker = ModelWorker(ModelChoice(), lambda c: completer, idle_unload_s=0.2)
-    worker.submit(GenerationJob(ModelChoice(), "a", "", max_tokens=2)).result(timeout=30)
+    worker = ModelWorker(ModelConfig(), lambda c: completer, idle_unload_s=0.2)
+    worker.submit(GenerationJob(ModelConfig(), "a", "", max_tokens=2)).result(timeout=30)
     for _ in range(200):
         if not worker.status()["modelsLoaded"]:
             break
@@ -384,9 +408,10 @@ def test_worker_idle_timeout_unloads(make_completer):
 
 
 def test_rounds_after_cancel_counts_the_round_in_progress():
-    from codecue.server.worker import GenerationJob, ModelChoice
+    from codecue.models.config import ModelConfig
+    from codecue.server.worker import GenerationJob
 
-    job = GenerationJob(ModelChoice(), "a", "")
+    job = GenerationJob(ModelConfig(), "a", "")
     for _ in range(3):
         assert not job.poll_cancelled()
     job.cancel()  # during round 3

@@ -137,19 +137,19 @@ async def test_model_file_damaged_before_a_reload_gives_a_clear_error_and_servin
 # -- a disk that refuses writes ---------------------------------------------------------------------------
 
 
-def _learned_policy(make_completer, monkeypatch):
-    """A K policy that has learned rounds not yet saved, wired as the server's."""
+def _learned_policy(make_completer):
+    """A K policy that learns rounds, and completion jobs that feed it as the server's do."""
+    from codecue.models.config import ModelConfig
     from codecue.server.context_hooks import ContextHooks, CursorInfo
-    from codecue.server.worker import GenerationJob, ModelChoice
+    from codecue.server.worker import GenerationJob
     from codecue.tuning import KPolicy, PolicySettings
 
     policy = KPolicy(settings=PolicySettings(min_rounds=1))
-    monkeypatch.setattr(ContextHooks, "_policy", policy)
     completer = make_completer(draft="target", draft_mode="model")
 
     def job() -> GenerationJob:
-        return GenerationJob(ModelChoice("t"), "def add(a, b):\n    ", "\n", max_tokens=8, k=3,
-                             on_round=ContextHooks().observer(CursorInfo("python", "block_start")))
+        return GenerationJob(ModelConfig("t"), "def add(a, b):\n    ", "\n", max_tokens=8, k=3,
+                             on_round=ContextHooks(policy).observer(CursorInfo("python", "block_start")))
 
     return policy, completer, job
 
@@ -157,19 +157,19 @@ def _learned_policy(make_completer, monkeypatch):
 @pytest.mark.parametrize("fault", ["disk full while writing", "read-only directory"])
 async def test_a_profile_write_that_fails_leaves_the_old_file_whole_and_the_worker_serving(fault, make_completer,
                                                                                        monkeypatch, tmp_path):
-    from codecue.server.context_hooks import ContextHooks
-    from codecue.server.worker import ModelChoice, ModelWorker
+    from codecue.models.config import ModelConfig
+    from codecue.server.worker import ModelWorker
     from codecue.tuning.profile import user_profile_path
 
     monkeypatch.setenv("CODECUE_CONFIG_DIR", str(tmp_path / "cfg"))
-    policy, completer, job = _learned_policy(make_completer, monkeypatch)
-    worker = ModelWorker(ModelChoice("t"), lambda choice: completer, idle_unload_s=None)
+    policy, completer, job = _learned_policy(make_completer)
+    worker = ModelWorker(ModelConfig("t"), lambda choice: completer, idle_unload_s=None, k_policy=policy)
     try:
         for _ in range(3):  # (the first completion in a process may join all its rounds into none yet)
             assert worker.submit(job()).result(timeout=TIMEOUT) is not None
             if policy.unsaved_rounds:
                 break
-        assert ContextHooks.save_learned()  # a first, good save
+        assert worker.save_learned_k()  # a first, good save
         profile = user_profile_path()
         before = profile.read_bytes()
         assert worker.submit(job()).result(timeout=TIMEOUT) is not None
@@ -186,14 +186,14 @@ async def test_a_profile_write_that_fails_leaves_the_old_file_whole_and_the_work
             monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
 
         worker.unload()  # unloading saves what was learned: it fails, and is logged, not raised
-        assert not ContextHooks.save_learned()
+        assert not worker.save_learned_k()
         assert profile.read_bytes() == before  # the old profile is whole
         assert [p.name for p in profile.parent.iterdir()] == [profile.name]  # no temp file left behind
         assert worker.submit(job()).result(timeout=TIMEOUT) is not None  # and serving goes on
 
         monkeypatch.setattr(os, "fsync", real_fsync)
         monkeypatch.setattr(tempfile, "mkstemp", real_mkstemp)
-        assert ContextHooks.save_learned() and profile.read_bytes() != before  # the disk is back: saved
+        assert worker.save_learned_k() and profile.read_bytes() != before  # the disk is back: saved
     finally:
         worker.shutdown()
 

@@ -17,7 +17,7 @@ from codecue.tuning import (
     expected_speedup,
     expected_tokens,
 )
-from codecue.tuning.policy import best_k_replay
+from codecue.tuning.k_choice import best_k_replay
 
 
 def brute_force_expected_tokens(alpha: float, k: int) -> float:

@@ -196,19 +196,19 @@ def test_runtime_costs_round_trip_and_bad_runtime_tables(tmp_path: Path, caplog:
     assert any("runtime_costs.llamacpp.draft_cost" in w for w in loaded.warnings)
 
 
-def test_server_keeps_what_the_policy_learned(private_config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_server_keeps_what_the_policy_learned(private_config_dir: Path) -> None:
     """On idle unload and at shutdown the server writes the adapted profile (atomically) to the user's
     profile, so the next start begins from it; nothing is written when nothing was observed."""
-    from codecue.server.context_hooks import ContextHooks
+    from codecue.server.worker import ModelWorker
 
     policy = KPolicy(profile=Profile(), runtime="llamacpp")
-    monkeypatch.setattr(ContextHooks, "_policy", policy)
-    assert ContextHooks.save_learned() is False and not user_profile_path().exists()
+    worker = ModelWorker(k_policy=policy)
+    assert worker.save_learned_k() is False and not user_profile_path().exists()
     for _ in range(30):
         policy.observe("python", "call_arguments", 6, 6)
-    assert ContextHooks.save_learned() is True
+    assert worker.save_learned_k() is True
     saved = load_profile(user_profile_path())
     entry = saved.entry("python", "call_arguments")
     assert entry is not None and entry.acceptance is not None and entry.acceptance > 0.9 and entry.samples == 30
     assert saved.runtime == "llamacpp" and "learned by the server" in saved.source
-    assert ContextHooks.save_learned() is False  # nothing new since
+    assert worker.save_learned_k() is False  # nothing new since

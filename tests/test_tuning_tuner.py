@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from codecue.commands.tune import DEFAULT_CORPUS, corpus_files
 from codecue.context import analyze
 from codecue.engine.rounds import RoundRecord
 from codecue.tuning import ClassProfile, CostModel, Profile, best_k, load_profile
-from codecue.tuning.cli import DEFAULT_CORPUS, corpus_files
-from codecue.tuning.policy import best_k_replay
+from codecue.tuning.k_choice import best_k_replay
 from codecue.tuning.tuner import (
     Tally,
     build_profile,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from codecue.backends.base import Backend, CachedSequence, common_prefix_length
 from codecue.errors import BackendUnavailable, CodeCueError
-from codecue.options import BACKENDS
+from codecue.models.config import BACKENDS
 
 if TYPE_CHECKING:
     from pathlib import Path

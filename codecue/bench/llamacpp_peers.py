@@ -372,36 +372,3 @@ def get_peers(target_path: str | Path, draft_path: str | Path | None = None, **k
         if draft_path is not None:
             peers.set_draft(draft_path)
         return peers
-
-
-def close_peers() -> None:
-    """Free every shared peer's models."""
-    with _peers_lock:
-        for peers in _peers.values():
-            peers.close()
-        _peers.clear()
-
-
-def llamacpp_target_only(
-    target_path: str | Path, prompt_ids: Sequence[int], max_new_tokens: int, **kwargs: Any
-) -> tuple[list[int], Timings]:
-    """llama.cpp's own greedy target-only decode."""
-    return get_peers(target_path).target_only(prompt_ids, max_new_tokens, **kwargs)
-
-
-def llamacpp_prompt_lookup(
-    target_path: str | Path, prompt_ids: Sequence[int], max_new_tokens: int, **kwargs: Any
-) -> tuple[list[int], Timings]:
-    """llama-cpp-python's own prompt-lookup speculative decoding."""
-    return get_peers(target_path).prompt_lookup(prompt_ids, max_new_tokens, **kwargs)
-
-
-def llamacpp_draft_model(
-    target_path: str | Path,
-    draft_path: str | Path,
-    prompt_ids: Sequence[int],
-    max_new_tokens: int,
-    **kwargs: Any,
-) -> tuple[list[int], Timings]:
-    """Draft-model speculation through llama-cpp-python's speculative loop (see the module docstring)."""
-    return get_peers(target_path, draft_path).draft_model(prompt_ids, max_new_tokens, **kwargs)

@@ -1,21 +1,27 @@
-"""Options shared by every command that runs a model."""
+"""The model flags every command that runs a model takes, and the :class:`ModelConfig` they make."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from dataclasses import fields
 
-from codecue.options import BACKENDS, DRAFT_MODES
+from codecue.models.config import BACKENDS, DRAFT_MODES, DRAFT_VOCABS, DTYPES, WIRE_FIELDS, ModelConfig
 
-if TYPE_CHECKING:
-    from codecue.completion import CompleterConfig
+_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser, *, unset_is_none: bool = False) -> None:
+    """The model flags. With ``unset_is_none`` a flag not given stays None, so that the command can tell
+    which ones the user gave (``serve`` and ``daemon start`` pass only those on to the daemon, whose own
+    configuration fills the rest); :func:`config_from_args` fills in the defaults either way."""
+
+    def default(name: str) -> object:
+        return None if unset_is_none else _DEFAULTS[name]
+
     g = parser.add_argument_group("models")
     g.add_argument("--target", help="target model: registry name, GGUF file, HF or EXL2 directory")
     g.add_argument("--draft", help="draft model: registry name, GGUF file, HF or EXL2 directory")
-    g.add_argument("--backend", choices=(*BACKENDS, "remote"), default="auto",
+    g.add_argument("--backend", choices=(*BACKENDS, "remote"), default=default("backend"),
                    help="runtime for the models (auto: llama.cpp for GGUF on CPU when installed, else torch; "
                         "remote: the --remote server)")
     g.add_argument("--remote", metavar="URL",
@@ -23,27 +29,52 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "[remote] url in config.toml); the local models are its fallback")
     g.add_argument("--no-remote", action="store_true", help="ignore [remote] in config.toml: run locally")
     g.add_argument("--draft-backend", choices=BACKENDS, default=None, help="runtime for the draft (default: --backend)")
-    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16", "int8"],
+    g.add_argument("--dtype", default=default("dtype"), choices=DTYPES,
                    help="torch backend weights for the target (auto: fastest measured; int8: weight-only quantized)")
-    g.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda")
-    g.add_argument("--draft-mode", choices=DRAFT_MODES, default="hybrid",
+    g.add_argument("--device", default=default("device"), help="torch device: auto, cpu, cuda")
+    g.add_argument("--draft-mode", choices=DRAFT_MODES, default=default("draft_mode"),
                    help="who drafts: hybrid (n-gram lookup, else the draft model), model, ngram, none")
     g.add_argument("--k", type=int, default=None,
                    help="drafting depth K (0 = no speculation; default: `codecue complete` takes the K profile's "
                         "K for the cursor's language and context class, other commands 4)")
-    g.add_argument("--min-confidence", type=float, default=0.4,
+    g.add_argument("--min-confidence", type=float, default=default("min_confidence"),
                    help="stop drafting when the draft's probability for its guess falls below this")
-    g.add_argument("--draft-vocab", choices=["code", "full"], default="code",
+    g.add_argument("--draft-vocab", choices=DRAFT_VOCABS, default=default("draft_vocab"),
                    help="code: the draft scores only ASCII code tokens (cheaper; output unchanged)")
 
 
-def config_from_args(args: argparse.Namespace) -> CompleterConfig:
-    from codecue.completion import CompleterConfig
+def config_from_args(args: argparse.Namespace) -> ModelConfig:
+    """The configuration the flags ask for (the remote URL is chosen by the command: see ``--remote``)."""
 
-    mode = "none" if getattr(args, "no_speculation", False) else args.draft_mode
-    backend = "auto" if args.backend == "remote" else args.backend
-    return CompleterConfig(target=args.target, draft=args.draft, backend=backend,
-                           draft_backend=args.draft_backend, dtype=args.dtype, device=args.device,
-                           draft_mode=mode, k=0 if mode == "none" else (4 if args.k is None else args.k),
-                           min_confidence=args.min_confidence,
-                           draft_vocab=getattr(args, "draft_vocab", "code"))
+    def given(name: str) -> object:
+        value = getattr(args, name, None)
+        return _DEFAULTS[name] if value is None else value
+
+    mode = "none" if getattr(args, "no_speculation", False) else given("draft_mode")
+    backend = given("backend")
+    return ModelConfig(target=args.target, draft=args.draft, backend="auto" if backend == "remote" else backend,
+                       draft_backend=args.draft_backend, dtype=given("dtype"), device=given("device"),
+                       draft_mode=mode, k=0 if mode == "none" else given("k"),
+                       min_confidence=given("min_confidence"), draft_vocab=given("draft_vocab"))
+
+
+def given_model_values(args: argparse.Namespace) -> dict[str, object]:
+    """The model flags the user gave, by their camelCase wire name (what a daemon is told to change)."""
+    out = {}
+    for key, name in WIRE_FIELDS.items():
+        value = getattr(args, name, None)
+        if value is not None and value != "":
+            out[key] = value
+    return out
+
+
+def given_model_flags(args: argparse.Namespace) -> list[str]:
+    """The model flags the user gave, as command-line flags again (to start a daemon with them)."""
+    out: list[str] = []
+    for name in WIRE_FIELDS.values():
+        value = getattr(args, name, None)
+        if value is not None and value != "":
+            out += [f"--{name.replace('_', '-')}", str(value)]
+    if getattr(args, "no_remote", False):
+        out.append("--no-remote")
+    return out

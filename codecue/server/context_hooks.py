@@ -1,39 +1,24 @@
-"""Optional parts the server uses when they are installed: tree-sitter cursor context and the K policy.
+"""What a session asks the context engine and the K policy: the cursor's context, its K, its stop rule.
 
-``codecue.context`` (cursor context class, scope, syntax-aware stops) and ``codecue.tuning`` (K per
-language and context class, learned from acceptance) are developed separately. The server imports them
-guarded and calls them through this adapter, so that it works without them, and a failure in them
-costs one warning and a plain completion, never a failed request.
-
-Without them: the language is the LSP ``languageId``, K is the completer's configured K, and a
-completion stops at EOS, at the token limit, or at a blank line after some text (a cheap stand-in for a
-syntax-aware stop).
+The tree-sitter context (:mod:`codecue.context`: context class, scope, syntax-aware stops) follows each
+open document; the K policy (:mod:`codecue.tuning`) is the model worker's, shared by every session on it.
+A failure in either costs one warning and a plain completion, never a failed request: the language is
+then the LSP ``languageId``, K the completer's configured K, and a completion stops at EOS, at the token
+limit, or at a blank line after some text.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any
 
+from codecue.context import DocumentTrees, get_grammar, language_for_lsp_id
+from codecue.context.stopping import make_stop_predicate
+from codecue.engine.rounds import RoundJoiner
+from codecue.tuning import KPolicy
+
 log = logging.getLogger(__name__)
-
-try:  # pragma: no cover - depends on what is installed
-    from codecue.context import DocumentTrees, get_grammar, language_for_lsp_id  # type: ignore[attr-defined]
-    from codecue.context.stopping import make_stop_predicate  # type: ignore[import-not-found]
-except Exception as _exc:  # noqa: BLE001 - ImportError, or a half-built package
-    DocumentTrees = None  # type: ignore[assignment,misc]
-    get_grammar = None  # type: ignore[assignment]
-    language_for_lsp_id = None  # type: ignore[assignment]
-    make_stop_predicate = None  # type: ignore[assignment]
-    log.debug("cursor context unavailable: %s", _exc)
-
-try:  # pragma: no cover - depends on what is installed
-    from codecue.tuning import KPolicy  # type: ignore[attr-defined]
-except Exception as _exc:  # noqa: BLE001
-    KPolicy = None  # type: ignore[assignment,misc]
-    log.debug("K policy unavailable: %s", _exc)
 
 
 def blank_line_stop(text: str) -> int | None:
@@ -53,22 +38,17 @@ class CursorInfo:
 
 
 class ContextHooks:
-    """Per-session adapter over the optional context engine (documents) and the shared K policy."""
+    """Per-session: the cursor context of the session's documents, and K from the worker's policy."""
 
-    _policy_lock = threading.Lock()
-    _policy: Any = None
-    _policy_failed = False
-    _runtime: str | None = None
-
-    def __init__(self) -> None:
-        self.trees: Any = None
+    def __init__(self, k_policy: KPolicy | None = None) -> None:
+        self.k_policy = k_policy
+        self.trees: DocumentTrees | None = None
         self._tracked: set[str] = set()  # documents the trees hold (those with a grammar)
         self._warned: set[str] = set()
-        if DocumentTrees is not None:
-            try:
-                self.trees = DocumentTrees()
-            except Exception as exc:  # noqa: BLE001
-                self._warn("trees", f"cursor context disabled: {exc}")
+        try:
+            self.trees = DocumentTrees()
+        except Exception as exc:  # noqa: BLE001
+            self._warn("trees", f"cursor context disabled: {exc}")
 
     @property
     def available(self) -> bool:
@@ -88,8 +68,6 @@ class ContextHooks:
 
     # -- documents -----------------------------------------------------------------------------------
     def grammar_for(self, language_id: str) -> str | None:
-        if language_for_lsp_id is None:
-            return None
         grammar = self._call("language", language_for_lsp_id, language_id)
         return grammar if isinstance(grammar, str) and grammar else None
 
@@ -132,12 +110,8 @@ class ContextHooks:
         grammar = self.grammar_for(language_id)
         if grammar is None:
             return language_id
-        if get_grammar is not None:
-            g = self._call("grammar", get_grammar, grammar)
-            name = getattr(g, "language", None) or getattr(g, "name", None)
-            if isinstance(name, str) and name:
-                return name
-        return grammar
+        g = self._call("grammar", get_grammar, grammar)
+        return g.language if g is not None else grammar
 
     def cursor(self, uri: str, language_id: str, line: int, character: int) -> CursorInfo:
         info = CursorInfo(language=self.language(language_id))
@@ -145,66 +119,19 @@ class ContextHooks:
             ctx = self._call("context", self.trees.context, uri, line, character)
             if ctx is not None:
                 info.context = ctx
-                info.context_class = getattr(ctx, "context_class", None)
-                info.language = getattr(ctx, "language", None) or info.language
+                info.context_class = ctx.context_class
+                info.language = ctx.language or info.language
         return info
 
     def stop_predicate(self, info: CursorInfo) -> Any:
-        if info.context is not None and make_stop_predicate is not None:
+        if info.context is not None:
             predicate = self._call("stopping", make_stop_predicate, info.context)
             if predicate is not None:
                 return predicate
         return blank_line_stop
 
-    @classmethod
-    def set_runtime(cls, runtime: str) -> None:
-        """The models now run on ``runtime`` (e.g. "llamacpp"): the policy uses that runtime's costs."""
-        cls._runtime = runtime
-        policy = cls.policy()
-        if policy is not None and hasattr(policy, "set_runtime"):
-            try:
-                policy.set_runtime(runtime)
-            except Exception as exc:  # noqa: BLE001
-                log.warning("K policy: could not switch to runtime %s: %s", runtime, exc)
-
-    @classmethod
-    def use_costs(cls, runtime: str, costs: Any) -> None:
-        """Costs measured on this machine for ``runtime``: the policy chooses K with them from now on."""
-        policy = cls.policy()
-        if policy is not None:
-            policy.use_measured_costs(runtime, costs)
-
-    @classmethod
-    def save_learned(cls) -> bool:
-        """Keep what the policy learned (per-class acceptance, K) in the user's profile, so the next
-        server starts from it. Atomic; a failure is logged, never raised. True when a profile was written."""
-        policy = cls._policy
-        if policy is None or not getattr(policy, "unsaved_rounds", 0):
-            return False
-        try:
-            policy.save()
-        except Exception as exc:  # noqa: BLE001 - losing the learned profile must not take the server down
-            log.warning("could not save the learned K profile: %s", exc)
-            return False
-        return True
-
-    @classmethod
-    def policy(cls) -> Any:
-        """The K policy shared by all sessions of this process (it learns across them)."""
-        if KPolicy is None or cls._policy_failed:
-            return None
-        with cls._policy_lock:
-            if cls._policy is None:
-                try:
-                    cls._policy = KPolicy.load(runtime=cls._runtime) if hasattr(KPolicy, "load") else KPolicy()
-                except Exception as exc:  # noqa: BLE001
-                    cls._policy_failed = True
-                    log.warning("K policy disabled: %s", exc)
-                    return None
-            return cls._policy
-
     def k_for(self, info: CursorInfo) -> int | None:
-        policy = self.policy()
+        policy = self.k_policy
         if policy is None or info.context_class is None:
             return None
         k = self._call("k_for", policy.k_for, info.language, info.context_class)
@@ -212,11 +139,9 @@ class ContextHooks:
 
     def observer(self, info: CursorInfo) -> Any:
         """An ``on_round(record)`` callback feeding the policy each round's RoundRecord, or None."""
-        policy = self.policy()
+        policy = self.k_policy
         if policy is None or info.context_class is None:
             return None
-
-        from codecue.engine.rounds import RoundJoiner
 
         def observe(record: Any) -> None:
             self._call("observe_round", policy.observe_round, info.language, info.context_class, record)

@@ -26,12 +26,13 @@ from typing import Any
 
 from codecue import __version__
 from codecue.errors import CodeCueError
+from codecue.models.config import ModelConfig
 from codecue.paths import atomic_write_text
 from codecue.server.daemon_client import ensure_runtime_dir, lock_path, pid_path, socket_path
 from codecue.server.framing import STREAM_LIMIT
 from codecue.server.session import CodeCueServer
 from codecue.server.transport import serve_session
-from codecue.server.worker import CompleterFactory, ModelChoice, ModelWorker, load_completer
+from codecue.server.worker import CompleterFactory, ModelWorker, load_completer
 
 log = logging.getLogger(__name__)
 
@@ -53,26 +54,10 @@ def peer_uid(writer: asyncio.StreamWriter) -> int | None:
     return struct.unpack("3i", creds)[1]
 
 
-def model_from_hello(base: ModelChoice, model: Any) -> ModelChoice:
-    if not isinstance(model, dict):
-        return base
-    pick = {k: v for k, v in model.items() if isinstance(v, str) and v}
-    remote = model.get("remote", base.remote)
-    backend = pick.get("backend", base.backend)
-    return ModelChoice(
-        target=pick.get("target", base.target),
-        draft=pick.get("draft", base.draft),
-        backend="auto" if backend == "remote" else backend,
-        draft_mode=pick.get("draftMode", base.draft_mode),
-        dtype=pick.get("dtype", base.dtype),
-        remote=(remote or None) if isinstance(remote, str) or remote is None else base.remote,
-    )
-
-
 class Daemon:
-    def __init__(self, default_model: ModelChoice | None = None, idle_unload_s: float | None = 900.0,
+    def __init__(self, default_model: ModelConfig | None = None, idle_unload_s: float | None = 900.0,
                  factory: CompleterFactory = load_completer) -> None:
-        self.default_model = default_model or ModelChoice()
+        self.default_model = default_model or ModelConfig()
         self.worker = ModelWorker(self.default_model, factory, idle_unload_s)
         self.sessions: set[CodeCueServer] = set()
         self.connections_total = 0
@@ -184,7 +169,7 @@ class Daemon:
                 if kind != "hello":
                     writer.write(b'{"error": "unknown preamble"}\n')
                     return
-                model = model_from_hello(self.default_model, preamble.get("model"))
+                model = self.default_model.with_wire_values(preamble.get("model"))
                 first = None
             if first == b"":
                 return
@@ -202,7 +187,7 @@ class Daemon:
                 writer.close()
 
 
-def run_daemon(default_model: ModelChoice, idle_unload_s: float | None,
+def run_daemon(default_model: ModelConfig, idle_unload_s: float | None,
                factory: CompleterFactory = load_completer) -> int:
     daemon = Daemon(default_model, idle_unload_s, factory)
     try:

@@ -178,7 +178,7 @@ class InlineCompletions:
             _call_soon(loop, self._on_text, gen, text)
 
         job = GenerationJob(
-            model=server.model_choice,
+            model=server.model_config,
             prefix=request.prefix,
             suffix=request.suffix,
             extra_context=extra_context(others, request.uri, request.language_id),

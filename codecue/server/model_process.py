@@ -24,7 +24,7 @@ from codecue.errors import CodeCueError
 if TYPE_CHECKING:
     from codecue.engine.fim import PromptBudget
     from codecue.engine.speculative import GenerationResult
-    from codecue.server.worker import ModelChoice
+    from codecue.models.config import ModelConfig
     from codecue.tuning.machine_costs import MachineCosts
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def _rebuild_error(module: str, name: str, message: str, fix: str | None) -> Bas
     return RuntimeError(f"{name}: {message}")
 
 
-def _load_factory(ref: str) -> Callable[[ModelChoice], Any]:
+def _load_factory(ref: str) -> Callable[[ModelConfig], Any]:
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -85,7 +85,7 @@ def _load_factory(ref: str) -> Callable[[ModelChoice], Any]:
 # -- the child ---------------------------------------------------------------------------------------
 
 
-def _child_main(conn: Connection, choice: ModelChoice, loader: str) -> None:
+def _child_main(conn: Connection, choice: ModelConfig, loader: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when the child stops
     try:
         completer = _load_factory(loader)(choice)
@@ -133,7 +133,7 @@ def _child_main(conn: Connection, choice: ModelChoice, loader: str) -> None:
 class CompleterProcess:
     """A completer whose models live in a child process; see the module docstring."""
 
-    def __init__(self, choice: ModelChoice, loader: str = DEFAULT_LOADER) -> None:
+    def __init__(self, choice: ModelConfig, loader: str = DEFAULT_LOADER) -> None:
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or locks inherited
         self._conn, child_conn = context.Pipe(duplex=True)
         self._process = context.Process(target=_child_main, args=(child_conn, choice, loader),
@@ -240,11 +240,11 @@ class CompleterProcess:
         self._conn.close()
 
 
-def child_process_factory(loader: str = DEFAULT_LOADER) -> Callable[[ModelChoice], CompleterProcess]:
+def child_process_factory(loader: str = DEFAULT_LOADER) -> Callable[[ModelConfig], CompleterProcess]:
     """A worker factory that loads each model choice in a child process with ``loader``
     (``"module:function"``, called with the choice in the child)."""
 
-    def factory(choice: ModelChoice) -> CompleterProcess:
+    def factory(choice: ModelConfig) -> CompleterProcess:
         return CompleterProcess(choice, loader)
 
     return factory

@@ -32,7 +32,8 @@ from codecue.errors import CodeCueError
 from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
 
 if TYPE_CHECKING:
-    from codecue.completion import Completer, CompleterConfig
+    from codecue.completion import Completer
+    from codecue.models.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -163,13 +164,14 @@ class _Client:
 async def _replay(completer: Completer, text: str, uri: str, language_id: str, *, reuse: bool, start: int,
                   end: int, interval_s: float, pause_s: float, max_tokens: int,
                   settle_s: float) -> dict[str, Any]:
+    from codecue.models.config import ModelConfig
     from codecue.server.session import CodeCueServer
     from codecue.server.transport import serve_session
-    from codecue.server.worker import ModelChoice, ModelWorker
+    from codecue.server.worker import ModelWorker
 
     # Costs are measured once per machine and pair, in idle time; a replay times keystrokes, so it leaves
     # that to the server (a measurement in a pause would delay the keystroke after it by one timed pass).
-    worker = ModelWorker(ModelChoice(), factory=lambda choice: completer, idle_unload_s=None, reuse_cache=reuse,
+    worker = ModelWorker(ModelConfig(), factory=lambda choice: completer, idle_unload_s=None, reuse_cache=reuse,
                          measure_costs=False)
     server = CodeCueServer(worker)
     server_sock, client_sock = socket.socketpair()
@@ -261,7 +263,7 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
     }
 
 
-def _load(file: str | Path, completer_config: CompleterConfig | None) -> tuple[str, Completer]:
+def _load(file: str | Path, completer_config: ModelConfig | None) -> tuple[str, Completer]:
     from codecue.completion import Completer
 
     path = Path(file)
@@ -272,7 +274,7 @@ def _load(file: str | Path, completer_config: CompleterConfig | None) -> tuple[s
     return text, Completer.load(completer_config)
 
 
-def run_replay(file: str | Path, completer_config: CompleterConfig | None = None, reuse: bool = True, *,
+def run_replay(file: str | Path, completer_config: ModelConfig | None = None, reuse: bool = True, *,
                keystrokes: int = 40, interval_ms: float = 150.0, pause_ms: float = 700.0, max_tokens: int = 32,
                start: int | None = None, language_id: str | None = None, settle_s: float = 60.0,
                completer: Completer | None = None) -> dict[str, Any]:
@@ -301,7 +303,7 @@ def run_replay(file: str | Path, completer_config: CompleterConfig | None = None
     return report
 
 
-def run_replay_pair(file: str | Path, completer_config: CompleterConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+def run_replay_pair(file: str | Path, completer_config: ModelConfig | None = None, **kwargs: Any) -> dict[str, Any]:
     """Reuse on, then off, on one loaded model pair: ``{"reuse": {...}, "no_reuse": {...}}``."""
     text, completer = _load(file, completer_config)
     del text
@@ -339,55 +341,3 @@ def format_pair(pair: dict[str, Any]) -> str:
     lines = [head, f"{'':{width}}  {'reuse on':>14}  {'reuse off':>14}"]
     lines += [f"{name:{width}}  {a:>14}  {b:>14}" for name, a, b in rows]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m codecue.server.replay FILE``: the pair run, as ``codecue bench --replay FILE`` will be."""
-    import argparse
-
-    from codecue.completion import CompleterConfig
-
-    parser = argparse.ArgumentParser(description="keystroke replay: latency of ghost text while typing FILE")
-    parser.add_argument("file")
-    parser.add_argument("--target")
-    parser.add_argument("--draft")
-    parser.add_argument("--backend", default="auto")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--keystrokes", type=int, default=40)
-    parser.add_argument("--interval-ms", type=float, default=150.0)
-    parser.add_argument("--pause-ms", type=float, default=700.0)
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--only", choices=["reuse", "no-reuse"], help="run one side only")
-    parser.add_argument("--json", help="also write the full report here")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    config = CompleterConfig(target=args.target, draft=args.draft, backend=args.backend, dtype=args.dtype)
-    options = {"keystrokes": args.keystrokes, "interval_ms": args.interval_ms, "pause_ms": args.pause_ms,
-               "max_tokens": args.max_tokens}
-    if args.only:
-        report = run_replay(args.file, config, reuse=args.only == "reuse", **options)
-        print(json.dumps({k: v for k, v in report.items() if k != "per_keystroke"}, indent=2))
-    else:
-        report = run_replay_pair(args.file, config, **options)
-        print(format_pair(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
-def main_from_args(args: Any) -> int:
-    """``codecue bench --replay FILE``: reuse on and off side by side, with the bench's model options."""
-    from codecue.commands.common import config_from_args
-
-    config = config_from_args(args)
-    report = run_replay_pair(args.replay, config, max_tokens=args.max_tokens)
-    print(format_pair(report))
-    if args.json_out:
-        from codecue.paths import atomic_write_text
-
-        atomic_write_text(args.json_out, json.dumps(report, indent=2))
-    return 0

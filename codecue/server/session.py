@@ -19,6 +19,7 @@ from pygls.protocol.language_server import lsp_method
 
 from codecue import __version__ as codecue_version
 from codecue.errors import CodeCueError
+from codecue.models.config import ModelConfig
 from codecue.server import inline_completion, lifecycle, stats, text_sync
 from codecue.server.context_hooks import ContextHooks
 from codecue.server.documents import DocumentStore
@@ -26,7 +27,7 @@ from codecue.server.inline_completion import InlineCompletions
 from codecue.server.jsonrpc import REQUEST_FAILED, MsgId
 from codecue.server.options import ServerOptions
 from codecue.server.stats import SessionStats
-from codecue.server.worker import ModelChoice, ModelWorker
+from codecue.server.worker import ModelWorker
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class CodeCueProtocol(LanguageServerProtocol):
 class CodeCueServer(LanguageServer):
     """One editor session."""
 
-    def __init__(self, worker: ModelWorker, model: ModelChoice | None = None, *,
+    def __init__(self, worker: ModelWorker, model: ModelConfig | None = None, *,
                  require_token: str | None = None) -> None:
         super().__init__(name="codecue", version=codecue_version, protocol_cls=CodeCueProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
@@ -132,7 +133,7 @@ class CodeCueServer(LanguageServer):
         self.options = ServerOptions()
         self.documents = DocumentStore()
         self.stats = SessionStats()
-        self.hooks = ContextHooks()
+        self.hooks = ContextHooks(worker.k_policy)
         self.completions = InlineCompletions(self)
         self.initialize_seen = False
         self.shutdown_received = False
@@ -143,7 +144,7 @@ class CodeCueServer(LanguageServer):
             feature.register(self)
 
     @property
-    def model_choice(self) -> ModelChoice:
+    def model_config(self) -> ModelConfig:
         """The session's models: the client's ``model`` option over the server's (or relay's) defaults."""
         return self.base_model.with_models(self.options.model.target, self.options.model.draft)
 

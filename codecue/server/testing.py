@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from codecue.server.worker import ModelChoice, ModelWorker, load_completer
+from codecue.models.config import ModelConfig
+from codecue.server.worker import ModelWorker, load_completer
 
 MAX_HANG_S = 600.0
 
@@ -48,7 +49,7 @@ class ThrottledBackend:
 
 
 def throttled_factory(delay_s: float, hang_file: Path | None = None):
-    def factory(choice: ModelChoice):
+    def factory(choice: ModelConfig):
         completer = load_completer(choice)
         for seq in (completer.target, completer.draft):
             if seq is not None:
@@ -74,7 +75,7 @@ class SegfaultingBackend(ThrottledBackend):
         return super().forward(token_ids, *args, **kwargs)
 
 
-def load_segfaulting_completer(choice: ModelChoice):
+def load_segfaulting_completer(choice: ModelConfig):
     """A completer whose target segfaults on prompts containing ``$CODECUE_TEST_SEGFAULT_MARKER``."""
     completer = load_completer(choice)
     marker = os.environ[SEGFAULT_MARKER_ENV]
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hang-file", type=Path, help="a forward pass blocks while this file exists")
     parser.add_argument("--segfault-on", metavar="MARKER")
     args = parser.parse_args(argv)
-    choice = ModelChoice(args.target, args.draft, args.backend, args.draft_mode, args.dtype)
+    choice = ModelConfig(target=args.target, draft=args.draft, backend=args.backend, draft_mode=args.draft_mode,
+                         dtype=args.dtype)
     factory = throttled_factory(args.forward_delay_ms / 1000, args.hang_file) \
         if args.forward_delay_ms or args.hang_file else load_completer
     if args.segfault_on:

@@ -19,8 +19,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from codecue.models.config import ModelConfig
 from codecue.server.model_process import ModelProcessCrashed
 from codecue.server.prompt import stable_prefix
+from codecue.tuning import KPolicy
 
 if TYPE_CHECKING:
     from codecue.completion import Completer
@@ -31,40 +33,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ModelChoice:
-    """Which models to load and how: what a worker's loaded state is keyed by."""
-
-    target: str | None = None  # registry name or path; None = the configured default
-    draft: str | None = None
-    backend: str = "auto"
-    draft_mode: str = "hybrid"
-    dtype: str = "auto"  # torch backend weights; "auto" is measured at load time (fp32 or bf16)
-    remote: str | None = None  # a shared inference server's URL; the models above are then its fallback
-
-    def with_models(self, target: str | None, draft: str | None) -> ModelChoice:
-        return replace(self, target=target or self.target, draft=draft or self.draft)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "draft": self.draft, "backend": self.backend, "draftMode": self.draft_mode,
-                "dtype": self.dtype, "remote": _display_url(self.remote)}
+CompleterFactory = Callable[[ModelConfig], "Completer"]
 
 
-def _display_url(url: str | None) -> str | None:
-    """A URL as status shows it: never with user:password."""
-    if url is None:
-        return None
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-CompleterFactory = Callable[[ModelChoice], "Completer"]
-
-
-def load_completer(choice: ModelChoice) -> Completer:
+def load_completer(choice: ModelConfig) -> Completer:
     """The default factory: resolve and load the pair, or connect to the remote server with the pair as
     its fallback (heavy imports happen here, in the worker)."""
     if choice.remote is not None:
@@ -73,17 +45,16 @@ def load_completer(choice: ModelChoice) -> Completer:
         local = replace(choice, remote=None)
         return RemoteCompleter.load(choice.remote, tokenizer_model=choice.target,  # type: ignore[return-value]
                                     local_factory=lambda: load_completer(local))
-    from codecue.completion import Completer, CompleterConfig
+    from codecue.completion import Completer
 
-    return Completer.load(CompleterConfig(target=choice.target, draft=choice.draft, backend=choice.backend,
-                                          draft_mode=choice.draft_mode, dtype=choice.dtype))
+    return Completer.load(replace(choice))  # a copy: loading may adjust it (the runtime plan)
 
 
 @dataclass(eq=False)
 class GenerationJob:
     """One completion to generate. Callbacks run on the worker thread."""
 
-    model: ModelChoice
+    model: ModelConfig
     prefix: str
     suffix: str
     extra_context: Sequence[tuple[str, str]] = ()
@@ -129,14 +100,15 @@ class ModelWorker:
 
     def __init__(
         self,
-        default_model: ModelChoice | None = None,
+        default_model: ModelConfig | None = None,
         factory: CompleterFactory = load_completer,
         idle_unload_s: float | None = 900.0,
         reuse_cache: bool = True,
         max_pending: int = 8,
         measure_costs: bool = True,
+        k_policy: KPolicy | None = None,
     ) -> None:
-        self.default_model = default_model or ModelChoice()
+        self.default_model = default_model or ModelConfig()
         self.factory = factory
         self.idle_unload_s = idle_unload_s if idle_unload_s and idle_unload_s > 0 else None
         self.reuse_cache = reuse_cache
@@ -144,13 +116,16 @@ class ModelWorker:
         #: measure this machine's costs for a newly loaded pair in idle time (when none are cached)
         self.measure_costs = measure_costs
         self.machine_costs: MachineCosts | None = None
+        self._k_policy = k_policy
+        self._k_policy_failed = False
+        self._k_policy_lock = threading.Lock()
         self._costs_ready = True
         self._queue: deque[GenerationJob] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._completer: Completer | None = None
-        self._loaded: ModelChoice | None = None
+        self._loaded: ModelConfig | None = None
         self._running: GenerationJob | None = None
         self.last_activity = time.monotonic()
         self.generations = 0
@@ -178,12 +153,39 @@ class ModelWorker:
         return job.future
 
     @property
-    def loaded(self) -> ModelChoice | None:
+    def loaded(self) -> ModelConfig | None:
         return self._loaded
 
     @property
     def completer(self) -> Completer | None:
         return self._completer
+
+    @property
+    def k_policy(self) -> KPolicy | None:
+        """The K policy every session on this worker shares (it learns across them): the one given, else
+        the user's profile, loaded on first use; None when that cannot be loaded (said once)."""
+        with self._k_policy_lock:
+            if self._k_policy is None and not self._k_policy_failed:
+                runtime = self._completer.runtime if self._completer is not None else None
+                try:
+                    self._k_policy = KPolicy.load(runtime=runtime)
+                except Exception as exc:  # noqa: BLE001 - completions go on with the configured K
+                    self._k_policy_failed = True
+                    log.warning("K policy disabled: %s", exc)
+            return self._k_policy
+
+    def save_learned_k(self) -> bool:
+        """Keep what the K policy learned (per-class acceptance, K) in the user's profile, so that the next
+        server starts from it. Atomic; a failure is logged, never raised. True when a profile was written."""
+        policy = self._k_policy
+        if policy is None or not policy.unsaved_rounds:
+            return False
+        try:
+            policy.save()
+        except Exception as exc:  # noqa: BLE001 - losing the learned profile must not take the server down
+            log.warning("could not save the learned K profile: %s", exc)
+            return False
+        return True
 
     def status(self) -> dict[str, Any]:
         with self._cond:
@@ -235,9 +237,7 @@ class ModelWorker:
         gc.collect()
         self.unloads += 1
         log.info("models unloaded")
-        from codecue.server.context_hooks import ContextHooks
-
-        ContextHooks.save_learned()  # on idle unload and at shutdown: keep what the K policy learned
+        self.save_learned_k()  # on idle unload and at shutdown
 
     def _next_job(self) -> GenerationJob | None:
         with self._cond:
@@ -256,7 +256,7 @@ class ModelWorker:
             self._running = job
             return job
 
-    def _ensure_loaded(self, choice: ModelChoice) -> Completer:
+    def _ensure_loaded(self, choice: ModelConfig) -> Completer:
         if self._completer is not None and self._loaded == choice:
             return self._completer
         with self._cond:
@@ -265,9 +265,12 @@ class ModelWorker:
         t0 = time.perf_counter()
         completer = self.factory(choice)
         log.info("models loaded in %.1f s", time.perf_counter() - t0)
-        from codecue.server.context_hooks import ContextHooks
-
-        ContextHooks.set_runtime(completer.runtime)  # the K policy prices drafts with this runtime's costs
+        policy = self.k_policy
+        if policy is not None:  # the K policy prices drafts with this runtime's costs
+            try:
+                policy.set_runtime(completer.runtime)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("K policy: could not switch to runtime %s: %s", completer.runtime, exc)
         with self._cond:
             self._completer, self._loaded = completer, choice
             self._costs_ready = False
@@ -280,7 +283,6 @@ class ModelWorker:
         completer = self._completer
         if completer is None or self._costs_ready or self._queue or self._stopping:
             return
-        from codecue.server.context_hooks import ContextHooks
         from codecue.tuning.machine_costs import (
             MeasurementAbandoned,
             load_machine_costs,
@@ -309,8 +311,9 @@ class ModelWorker:
                      measured.target_step_ms, measured.prefill_ms_per_token)
         self._costs_ready = True
         self.machine_costs = measured
-        if measured is not None and measured.costs is not None:
-            ContextHooks.use_costs(measured.runtime, measured.costs)
+        policy = self.k_policy
+        if policy is not None and measured is not None and measured.costs is not None:
+            policy.use_measured_costs(measured.runtime, measured.costs)
 
     def _run(self) -> None:
         while True:

@@ -2,21 +2,21 @@
 
 ``KPolicy.k_for(language, context_class)`` answers the K for a request (0 = speculation off) and
 ``KPolicy.observe_round(...)`` takes each verification round's outcome (a ``RoundRecord``); K is chosen by
-replaying recorded rounds under each cap (``best_k_replay``). Profiles are TOML
-(:mod:`codecue.tuning.profile`); ``codecue tune`` (:mod:`codecue.tuning.cli`) measures and writes them.
+replaying recorded rounds under each cap (``best_k_replay``; the pure cost and replay maths are in
+:mod:`codecue.tuning.k_choice`, apart from the stateful policy). Profiles are TOML
+(:mod:`codecue.tuning.profile`); ``codecue tune`` (:mod:`codecue.commands.tune`) measures and writes them.
 """
 
-from codecue.tuning.policy import (
+from codecue.tuning.k_choice import (
     DEFAULT_K_MAX,
     CostModel,
-    KPolicy,
-    PolicySettings,
     best_k,
     best_k_replay,
     expected_speedup,
     expected_tokens,
     replay_speedup,
 )
+from codecue.tuning.policy import KPolicy, PolicySettings
 from codecue.tuning.profile import (
     ClassProfile,
     Profile,

@@ -23,7 +23,8 @@ from typing import Any
 
 from codecue.backends.native_check import cpu_model_name, cpu_signature
 from codecue.paths import atomic_write_text, cache_dir, read_json_object
-from codecue.tuning.policy import DEFAULT_K_MAX, CostModel, KPolicy
+from codecue.tuning.k_choice import DEFAULT_K_MAX, CostModel
+from codecue.tuning.policy import KPolicy
 
 log = logging.getLogger(__name__)
 

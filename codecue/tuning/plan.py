@@ -20,8 +20,8 @@ from pathlib import Path
 
 from codecue.engine.rounds import RoundRecord
 from codecue.models.requantize import AS_IS, derived_path, offered_layouts
+from codecue.tuning.k_choice import DEFAULT_K_MAX, best_k_replay
 from codecue.tuning.machine_costs import MachineCosts, load_machine_costs
-from codecue.tuning.policy import DEFAULT_K_MAX, best_k_replay
 from codecue.tuning.profile import Profile, load_profile
 
 TYPICAL_PROMPT_TOKENS = 1000

@@ -44,7 +44,7 @@ from typing import Any
 
 from codecue.engine.rounds import RoundRecord
 from codecue.paths import atomic_write_text, config_dir
-from codecue.tuning.policy import DEFAULT_K_MAX, CostModel
+from codecue.tuning.k_choice import DEFAULT_K_MAX, CostModel
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from codecue.engine.rounds import MODEL, RoundJoiner, RoundRecord
-from codecue.tuning.policy import (
+from codecue.tuning.k_choice import (
     DEFAULT_K_MAX,
     CostModel,
     choose_k,
@@ -129,12 +129,12 @@ def build_profile(
     """A profile from measured tallies: per class, the K that maximises expected tokens per unit cost.
 
     Where the tallies recorded their rounds, K comes from replaying them under every cap
-    (:func:`~codecue.tuning.policy.best_k_replay`); otherwise from the geometric acceptance model.
+    (:func:`~codecue.tuning.k_choice.best_k_replay`); otherwise from the geometric acceptance model.
     Classes with fewer than ``min_rounds`` rounds keep ``base``'s entry (or ``default_k``, else none) but
     record what was seen. ``base`` entries for classes not measured are kept as they are. With
     ``pool_weight`` > 0, acceptance is :func:`pooled_acceptance` (the prior counting ``pool_weight`` tested
     tokens), the replayed rounds are pooled with the class's rounds in other languages counting
-    ``pool_weight`` rounds (:func:`~codecue.tuning.policy.pooled_rounds`), and the rounds that count
+    ``pool_weight`` rounds (:func:`~codecue.tuning.k_choice.pooled_rounds`), and the rounds that count
     toward ``min_rounds`` are the class's over all languages.
     """
     profile = base.copy() if base is not None else Profile()

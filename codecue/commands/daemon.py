@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from codecue.server.cli import add_model_arguments, model_choice, model_factory, model_flags
+from codecue.commands.serve import add_server_model_arguments, daemon_flags, model_config, model_factory
 
 NOT_RUNNING = 3  # as `systemctl status` says for a stopped unit
 
@@ -19,7 +19,7 @@ NOT_RUNNING = 3  # as `systemctl status` says for a stopped unit
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="daemon_command", metavar="ACTION", required=True)
     start = sub.add_parser("start", help="start the daemon (detached unless --foreground)")
-    add_model_arguments(start)
+    add_server_model_arguments(start)
     start.add_argument("--idle-timeout", type=float, default=900.0, metavar="SECONDS",
                        help="unload the models after this long without a request (0 = never; default 900)")
     start.add_argument("--foreground", action="store_true", help="run in this process (logs to stderr)")
@@ -32,14 +32,14 @@ def run(args: argparse.Namespace) -> int:
     from codecue.server import daemon_client
 
     if args.daemon_command == "start":
-        flags = model_flags(args) + ["--idle-timeout", str(args.idle_timeout)]
+        flags = daemon_flags(args) + ["--idle-timeout", str(args.idle_timeout)]
         if args.foreground:
             import logging
 
             from codecue.server.daemon import run_daemon
 
             logging.getLogger("codecue").setLevel(min(logging.getLogger().level, logging.INFO))
-            return run_daemon(model_choice(args), args.idle_timeout, model_factory(args))
+            return run_daemon(model_config(args), args.idle_timeout, model_factory(args))
         started = daemon_client.ensure_running(flags)
         info = daemon_client.control("status") or {}
         what = "started" if started else "already running"

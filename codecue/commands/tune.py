@@ -13,15 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from codecue.commands.common import add_model_arguments, config_from_args
 from codecue.errors import CodeCueError
-from codecue.tuning.policy import DEFAULT_K_MAX
+from codecue.tuning.k_choice import DEFAULT_K_MAX
 
 DEFAULT_CORPUS = Path(__file__).parent.parent / "bench" / "corpus" / "tuning"  # never the held-out set
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from codecue.commands.common import add_model_arguments
-
     parser.add_argument(
         "--languages", nargs="+", metavar="LANG", help="languages to tune (default: every language in the corpus)"
     )
@@ -105,7 +104,7 @@ def _measurements_to_json(tallies: dict, costs: Any, meta: dict[str, Any]) -> st
 
 def _measurements_from_json(path: Path) -> tuple[dict, Any, dict[str, str]]:
     from codecue.engine.rounds import RoundRecord
-    from codecue.tuning.policy import CostModel
+    from codecue.tuning.k_choice import CostModel
     from codecue.tuning.tuner import Tally
 
     try:
@@ -174,13 +173,8 @@ def run(args: argparse.Namespace) -> int:
             tallies = {key: tally for key, tally in tallies.items() if key[0] in keep}
     else:
         files = corpus_files(args.corpus, args.languages)
-        try:
-            from codecue.commands.common import config_from_args
-            from codecue.completion import Completer
-        except ImportError as exc:
-            raise CodeCueError(
-                f"the speculative engine is not available ({exc})", "codecue tune needs codecue.completion"
-            ) from None
+        from codecue.completion import Completer
+
         if not 1 <= args.k <= args.k_max:
             raise CodeCueError(f"--k (the K used while measuring) must be in 1..{args.k_max}")
         config = config_from_args(args)
@@ -245,7 +239,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_costs_only(args: argparse.Namespace) -> int:
     """Measure this runtime's costs and merge them into an existing profile (acceptance is kept)."""
-    from codecue.commands.common import config_from_args
     from codecue.completion import Completer
     from codecue.tuning.profile import dumps_profile, load_profile, save_profile, user_profile_path
     from codecue.tuning.tuner import measure_costs

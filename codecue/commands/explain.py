@@ -37,7 +37,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CodeCueError(f"{args.file}: {exc}") from None
     policy = KPolicy.load(str(args.profile) if args.profile else None, runtime=args.runtime)
-    assert policy.profile is not None
     for warning in policy.profile.warnings:
         print(f"codecue: warning: {warning}", file=sys.stderr)
     k = policy.current_k(context.language, context.context_class)

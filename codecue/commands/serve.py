@@ -12,28 +12,21 @@ from __future__ import annotations
 import argparse
 import logging
 
+from codecue.commands.common import (
+    add_model_arguments,
+    config_from_args,
+    given_model_flags,
+    given_model_values,
+)
 from codecue.errors import CodeCueError
-from codecue.options import BACKENDS, DRAFT_MODES
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Model flags shared by ``serve`` and ``daemon start`` (None = the configured default)."""
-    parser.add_argument("--target", help="target model: registry name or path (default: configured default)")
-    parser.add_argument("--draft", help="draft model: registry name or path (default: configured default)")
-    parser.add_argument("--backend", choices=(*BACKENDS, "remote"),
-                        help="runtime for both models (default: auto; remote: the --remote server)")
-    parser.add_argument("--remote", metavar="URL",
-                        help="complete on this shared inference server (OpenAI-style /v1/completions); "
-                             "default: [remote] url in config.toml; the local models are the fallback")
-    parser.add_argument("--no-remote", action="store_true", help="ignore [remote] in config.toml: run locally")
-    parser.add_argument("--draft-mode", choices=DRAFT_MODES,
-                        help="hybrid (n-gram then draft model), model, ngram, or none (default: hybrid)")
-    parser.add_argument("--dtype", choices=DTYPES,
-                        help="torch backend weights (default: auto, the faster of fp32 and bf16 measured at load)")
+def add_server_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model flags (a flag not given means the daemon's configured default) and where the models live;
+    shared by ``serve`` and ``daemon start``."""
+    add_model_arguments(parser, unset_is_none=True)
     parser.add_argument("--inline-models", action="store_true",
                         help="hold the models in the server's own process (default: a child process, so that "
                              "a crash in native code fails one request instead of ending the server)")
@@ -46,28 +39,17 @@ def model_factory(args: argparse.Namespace):  # -> CompleterFactory
     return load_completer if getattr(args, "inline_models", False) else child_process_factory()
 
 
-def model_flags(args: argparse.Namespace) -> list[str]:
-    """The model flags the user gave, to pass on to a daemon this command starts."""
-    out = []
-    for name in ("target", "draft", "backend", "draft_mode", "dtype", "remote"):
-        value = getattr(args, name, None)
-        if value:
-            out += [f"--{name.replace('_', '-')}", str(value)]
-    if getattr(args, "inline_models", False):
-        out.append("--inline-models")
-    if getattr(args, "no_remote", False):
-        out.append("--no-remote")
-    return out
+def daemon_flags(args: argparse.Namespace) -> list[str]:
+    """The flags the user gave, to pass on to a daemon this command starts."""
+    return given_model_flags(args) + (["--inline-models"] if getattr(args, "inline_models", False) else [])
 
 
-def model_choice(args: argparse.Namespace):  # -> ModelChoice (import kept light)
+def model_config(args: argparse.Namespace):  # -> ModelConfig, with the remote server chosen
+    from dataclasses import replace
+
     from codecue.backends.remote import choose_remote_url
-    from codecue.server.worker import ModelChoice
 
-    remote = choose_remote_url(args.remote, args.backend, args.no_remote)
-    backend = "auto" if args.backend in (None, "remote") else args.backend
-    return ModelChoice(target=args.target, draft=args.draft, backend=backend,
-                       draft_mode=args.draft_mode or "hybrid", dtype=args.dtype or "auto", remote=remote)
+    return replace(config_from_args(args), remote=choose_remote_url(args.remote, args.backend, args.no_remote))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--tcp", metavar="HOST:PORT", help="listen on a loopback address (debugging)")
     parser.add_argument("--in-process", action="store_true",
                         help="load the models in this process instead of using the daemon")
-    add_model_arguments(parser)
+    add_server_model_arguments(parser)
     parser.add_argument("--idle-timeout", type=float, default=900.0, metavar="SECONDS",
                         help="unload the models after this long without a request (0 = never; default 900)")
 
@@ -89,11 +71,10 @@ def run(args: argparse.Namespace) -> int:
         return run_in_process_stdio(args)
     from codecue.server.relay import run_relay
 
-    model = {k: v for k, v in (("target", args.target), ("draft", args.draft), ("backend", args.backend),
-                               ("draftMode", args.draft_mode), ("dtype", args.dtype), ("remote", args.remote)) if v}
+    model = given_model_values(args)
     if args.no_remote:
         model["remote"] = ""  # the daemon's default may be remote; this session is not
-    return run_relay(model_flags(args), model)
+    return run_relay(daemon_flags(args), model)
 
 
 def run_in_process_stdio(args: argparse.Namespace) -> int:
@@ -103,7 +84,7 @@ def run_in_process_stdio(args: argparse.Namespace) -> int:
     from codecue.server.transport import serve_stdio
     from codecue.server.worker import ModelWorker
 
-    worker = ModelWorker(model_choice(args), model_factory(args), idle_unload_s=args.idle_timeout)
+    worker = ModelWorker(model_config(args), model_factory(args), idle_unload_s=args.idle_timeout)
     try:
         return asyncio.run(serve_stdio(CodeCueServer(worker)))
     finally:
@@ -123,7 +104,7 @@ def run_tcp(args: argparse.Namespace) -> int:
     from codecue.server.worker import ModelWorker
 
     host, port = parse_host_port(args.tcp)
-    worker = ModelWorker(model_choice(args), model_factory(args), idle_unload_s=args.idle_timeout)
+    worker = ModelWorker(model_config(args), model_factory(args), idle_unload_s=args.idle_timeout)
     token = secrets.token_hex(16)
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -181,9 +181,7 @@ def run(args: argparse.Namespace) -> int:
     from codecue.models.resolve import resolve_model
 
     if args.replay:
-        from codecue.server.replay import main_from_args
-
-        return main_from_args(args)
+        return run_replay(args)
     methods = args.methods or (QUICK_METHODS if args.quick else DEFAULT_METHODS)
     if args.k_compare:
         if any(not 1 <= k <= 64 for k in args.k_compare):
@@ -387,3 +385,15 @@ def _cpu_count() -> int:
     import os
 
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """``codecue bench --replay FILE``: reuse on and off side by side, with the bench's model options."""
+    from codecue.paths import atomic_write_text
+    from codecue.server.replay import format_pair, run_replay_pair
+
+    report = run_replay_pair(args.replay, config_from_args(args), max_tokens=args.max_tokens)
+    print(format_pair(report))
+    if args.json_out:
+        atomic_write_text(args.json_out, json.dumps(report, indent=2))
+    return 0

@@ -1,0 +1,53 @@
+"""The import layers (pyproject's ``[tool.importlinter]``): the package keeps them, and a breach is caught."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+pytestmark = pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter is not installed (the dev extra)")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` with ``root``'s contract, on the ``codecue`` package under ``root``."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_package_keeps_its_layers() -> None:
+    run = lint_imports(REPO)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 kept, 0 broken" in run.stdout
+
+
+def test_a_lower_layer_importing_a_higher_one_breaks_the_contract(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "codecue", tmp_path / "codecue",
+                    ignore=shutil.ignore_patterns("__pycache__", "corpus", "grammars"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    assert lint_imports(tmp_path).returncode == 0  # the copy is as good as the original
+
+    (tmp_path / "codecue" / "engine" / "shortcut.py").write_text(
+        '"""An engine module that reaches up into the server."""\n\nfrom codecue.server import worker\n')
+    run = lint_imports(tmp_path)
+    assert run.returncode != 0
+    assert "codecue.engine is not allowed to import codecue.server" in run.stdout, run.stdout
+    assert "codecue.engine.shortcut -> codecue.server" in run.stdout, run.stdout
+
+
+def test_a_top_level_module_outside_every_layer_breaks_the_contract(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "codecue", tmp_path / "codecue",
+                    ignore=shutil.ignore_patterns("__pycache__", "corpus", "grammars"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    (tmp_path / "codecue" / "helpers.py").write_text('"""A module no layer names."""\n')
+    run = lint_imports(tmp_path)
+    assert run.returncode != 0
+    assert "codecue.helpers" in run.stdout + run.stderr
