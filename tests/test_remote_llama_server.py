@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from codecue.backends.remote import RemoteSettings
-from codecue.engine.fim import PromptBudget, build_fim_text, split_at
+from codecue.document import split_at
+from codecue.engine.fim import PromptBudget, build_fim_text
 from codecue.remote_completion import request_body
 from codecue.server.context_hooks import blank_line_stop
 from codecue.server.prompt import stable_prefix
