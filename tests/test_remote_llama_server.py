@@ -94,7 +94,7 @@ CURSOR = (2, 4)
 
 
 async def test_streamed_lsp_completion_equals_the_servers_own(llama_server, tmp_path):
-    from codecue.completion import load_tokenizer
+    from codecue.models.tokenizer import load_tokenizer
 
     url, target = llama_server
     cfg = write_config(tmp_path, fallback="none", first_byte_timeout=120.0, read_timeout=60.0)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from codecue.engine.rounds import MODEL, RoundRecord
+from codecue.engine.rounds import DraftSource, RoundRecord
 from codecue.errors import CodeCueError
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ def replay_round(record: RoundRecord, k: int, costs: CostModel) -> tuple[int, fl
     tokens = record.accepted + 1
     if k <= 0:
         return tokens, float(tokens)
-    step = costs.draft_cost if record.source == MODEL else 0.0
+    step = costs.draft_cost if record.source == DraftSource.MODEL else 0.0
     done, cost = 0, 0.0
     while done < tokens:
         left = record.drafted - done
@@ -416,7 +416,7 @@ class KPolicy:
             return self._state(language, context_class).k
 
     def observe(self, language: str, context_class: str, drafted: int, accepted: int, k: int | None = None,
-                source: str = MODEL) -> None:
+                source: DraftSource = DraftSource.MODEL) -> None:
         """Report one verification round: ``drafted`` tokens proposed (asked for up to ``k``, by default
         ``drafted``) by ``source``, the first ``accepted`` kept. (RoundRecord validates the counts.)"""
         self.observe_round(language, context_class, RoundRecord(drafted, accepted, drafted if k is None else k, source))
