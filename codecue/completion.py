@@ -6,10 +6,8 @@ between requests, so the next request reuses the longest common token prefix.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -17,45 +15,26 @@ from typing import Any
 import torch
 
 from codecue.backends import CachedSequence, create_backend
-from codecue.backends.base import Backend
+from codecue.backends.base import Backend, GPUOutOfMemory
 from codecue.engine.fim import PromptBudget, build_fim_prompt
 from codecue.engine.proposers import (
     DraftModelProposer,
     HybridProposer,
     NgramProposer,
     Proposer,
-    SamplingSettings,
 )
 from codecue.engine.rounds import RoundRecord
-from codecue.engine.speculative import GenerationParams, GenerationResult, GenerationStats, generate
+from codecue.engine.sampling import Sampling
+from codecue.engine.speculative import GenerationParams, GenerationResult, generate
 from codecue.errors import CodeCueError, ModelError
 from codecue.models.config import DRAFT_MODES, ModelConfig
-from codecue.paths import cache_dir
+from codecue.models.tokenizer import load_tokenizer
 from codecue.tuning.machine_costs import MachineCosts
 
 log = logging.getLogger(__name__)
 
 
 
-def load_tokenizer(source: Any):
-    """An HF tokenizer for an HF directory, or one converted once from a GGUF file and cached."""
-    from transformers import AutoTokenizer
-
-    if source.kind == "gguf":
-        stat = source.path.stat()
-        key = hashlib.sha256(f"{source.path.resolve()}:{stat.st_size}".encode()).hexdigest()[:16]
-        cached = cache_dir() / "tokenizers" / key
-        if (cached / "tokenizer.json").exists():
-            return AutoTokenizer.from_pretrained(str(cached))
-        tok = AutoTokenizer.from_pretrained(str(source.path.parent), gguf_file=source.path.name)
-        tmp = cached.with_name(cached.name + f".tmp{time.time_ns()}")
-        tok.save_pretrained(str(tmp))
-        try:
-            tmp.rename(cached)
-        except OSError:  # another process won the race; its copy is as good as ours
-            pass
-        return AutoTokenizer.from_pretrained(str(cached if cached.exists() else tmp))
-    return AutoTokenizer.from_pretrained(str(source.path))
 
 
 def special_token_ids(tokenizer) -> list[int]:
@@ -76,7 +55,7 @@ def check_same_tokenizer(target: Any, draft: Any) -> None:
     before loading anything (cheap for GGUF: the token list's hash from the header)."""
     if target.kind != "gguf" or draft.kind != "gguf":
         return  # HF/EXL2 pairs are checked by vocabulary size once loaded
-    from codecue.models.resolve import read_gguf_vocab
+    from codecue.models.gguf_reader import read_gguf_vocab
 
     t, d = read_gguf_vocab(target.path), read_gguf_vocab(draft.path)
     if t.vocab_size != d.vocab_size or (t.tokens_sha256 and d.tokens_sha256 and t.tokens_sha256 != d.tokens_sha256):
@@ -131,7 +110,7 @@ class Completer:
         self.draft = CachedSequence(draft) if draft is not None else None
         self.eos_ids = special_token_ids(tokenizer)
         self.draft_vocab_map = None
-        if draft is not None and self.config.draft_vocab == "code" and hasattr(draft, "restrict_vocab"):
+        if draft is not None and self.config.draft_vocab == "code" and draft.can_restrict_vocab:
             from codecue.engine.code_vocab import code_token_ids
 
             self.draft_vocab_map = code_token_ids(tokenizer, self.eos_ids)
@@ -192,7 +171,7 @@ class Completer:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     # -- proposers -----------------------------------------------------------------------------------
-    def make_proposer(self, mode: str, sampling: SamplingSettings,
+    def make_proposer(self, mode: str, sampling: Sampling,
                       extra_tokens: Sequence[Sequence[int]] = ()) -> Proposer | None:
         if mode not in DRAFT_MODES:
             raise CodeCueError(f"unknown draft mode {mode!r}", f"choose one of {', '.join(DRAFT_MODES)}")
@@ -221,7 +200,6 @@ class Completer:
         stop_predicate: Callable[[str], int | None] | None = None,
         on_text: Callable[[str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
-        k_for_round: Callable[[int, GenerationStats], int] | None = None,
         on_round: Callable[[RoundRecord], None] | None = None,
         extra_tokens: Sequence[Sequence[int]] = (),
     ) -> GenerationResult:
@@ -229,32 +207,25 @@ class Completer:
         mode = draft_mode or self.config.draft_mode
         if k == 0:
             mode = "none"
-        params = GenerationParams(max_new_tokens=max_tokens, temperature=temperature, top_p=top_p, k=k, seed=seed,
-                                  stop_strings=tuple(stop_strings))
-        generator = None
-        if temperature > 0:
-            generator = torch.Generator()
-            # The draft samples with its own stream so that the verify stream is the same with or without it.
-            generator.manual_seed((seed if seed is not None else torch.seed()) + 1)
-        sampling = SamplingSettings(temperature, top_p, generator)
+        if temperature > 0 and seed is None:
+            seed = torch.seed()  # one seed for the verification and the draft streams
+        sampling = Sampling(temperature, top_p, seed)
+        params = GenerationParams(max_new_tokens=max_tokens, k=k, sampling=sampling, stop_strings=tuple(stop_strings))
         with self.lock:
             proposer = self.make_proposer(mode, sampling, extra_tokens)
             run = lambda proposer: generate(  # noqa: E731
                 self.target, proposer, prompt, params, decode=self.decode, eos_ids=self.eos_ids, on_text=on_text,
-                stop_predicate=stop_predicate, cancelled=cancelled, k_for_round=k_for_round, on_round=on_round)
+                stop_predicate=stop_predicate, cancelled=cancelled, on_round=on_round)
             try:
                 result = run(proposer)
                 result.stats.runtime = self.runtime
                 return result
-            except CodeCueError as exc:
-                # GPU out of memory in the draft: drop the draft for good and answer without it.
-                oom_backend = getattr(exc, "backend", None)
-                if self.draft is None or oom_backend is None or oom_backend is not self.draft.backend:
+            except GPUOutOfMemory as exc:
+                # Out of memory in the draft: drop the draft for good and answer without it.
+                if self.draft is None or exc.backend is None or exc.backend is not self.draft.backend:
                     raise
                 log.warning("the draft model ran out of GPU memory; continuing without it (%s)", exc)
-                close = getattr(self.draft.backend, "close", None)
-                if close is not None:
-                    close()
+                self.draft.backend.close()
                 self.draft = None
                 result = run(self.make_proposer("ngram" if mode != "none" else "none", sampling, extra_tokens))
                 result.stats.runtime = self.runtime
@@ -272,12 +243,12 @@ class Completer:
     def close(self) -> None:
         """Free both models now (a backend that holds native memory frees it in ``close``)."""
         for seq in (self.target, self.draft):
-            close = getattr(getattr(seq, "backend", None), "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # noqa: BLE001 - unloading must not fail
-                    log.exception("closing a backend failed")
+            if seq is None:
+                continue
+            try:
+                seq.backend.close()
+            except Exception:  # noqa: BLE001 - unloading must not fail
+                log.exception("closing a backend failed")
 
     def measure_costs(self, should_stop: Callable[[], bool] | None = None) -> MachineCosts:
         """Time this pair on this machine (seconds); see :mod:`codecue.tuning.machine_costs`."""

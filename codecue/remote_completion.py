@@ -86,8 +86,8 @@ class RemoteCompleter:
              budget: PromptBudget | None = None, local_factory: LocalFactory | None = None) -> RemoteCompleter:
         """Settings from ``[remote]`` (``url`` overrides), and the tokenizer of ``[remote] tokenizer``, else
         of ``tokenizer_model`` (the local target), to fit the prompt into its token budget."""
-        from codecue.completion import load_tokenizer
         from codecue.models.resolve import resolve_model
+        from codecue.models.tokenizer import load_tokenizer
 
         settings = RemoteSettings.load(url)
         try:
@@ -152,7 +152,7 @@ class RemoteCompleter:
         stop_predicate: Callable[[str], int | None] | None = None,
         on_text: Callable[[str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
-        **_local_only: Any,  # k, draft_mode, k_for_round, on_round: the server speculates on its own
+        **_local_only: Any,  # k, draft_mode, on_round: the server speculates on its own
     ) -> GenerationResult:
         """Stream one completion of ``prompt`` (text) from the server."""
         self.last_prompt = prompt
@@ -200,11 +200,8 @@ class RemoteCompleter:
         partial = stream.next_emit(final=True)
         if on_text is not None and partial is not None:
             on_text(partial)
-        stats.new_tokens = len(chunks)
+        stats.record_times(t_start, t_first, t_end, len(chunks))
         stats.prefilled_tokens = stats.prompt_tokens  # the server's prefix cache is not visible from here
-        stats.total_ms = (t_end - t_start) * 1e3
-        stats.ttft_ms = ((t_first or t_end) - t_start) * 1e3
-        stats.tpot_ms = ((t_end - (t_first or t_end)) * 1e3 / (len(chunks) - 1)) if len(chunks) > 1 else 0.0
         # Token ids of the text in the local tokenizer: the server sends text, not ids.
         tokens = self.tokenizer.encode(text, add_special_tokens=False) if text else []
         return GenerationResult(tokens=tokens, text=text, stop_reason=stop_reason, stats=stats)

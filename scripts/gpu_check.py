@@ -222,14 +222,15 @@ def step_costs(target: Any, draft: Any, prompt_tokens: int, reps: int) -> dict[s
 
 def generation(target: Any, drafter: Any | None, prompt: list[int], new_tokens: int, k: int) -> dict[str, Any]:
     from codecue.backends.base import CachedSequence
-    from codecue.engine.proposers import DraftModelProposer, SamplingSettings
+    from codecue.engine.proposers import DraftModelProposer
+    from codecue.engine.sampling import Sampling
     from codecue.engine.speculative import GenerationParams, generate
 
     target.reset()
     proposer = None
     if drafter is not None:
         drafter.reset()
-        proposer = DraftModelProposer(CachedSequence(drafter), SamplingSettings())
+        proposer = DraftModelProposer(CachedSequence(drafter), Sampling())
     result = generate(CachedSequence(target), proposer, prompt, GenerationParams(max_new_tokens=new_tokens, k=k),
                       decode=lambda ids: " ".join(map(str, ids)), eos_ids=())
     s = result.stats

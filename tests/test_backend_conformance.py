@@ -302,10 +302,11 @@ def assert_greedy_identity(target: Backend, prompt: list[int], got: list[int], e
 
 
 def _generate(target: Backend, draft: Backend | None, prompt: list[int], k: int, tokenizer, max_new: int = 40):
-    from codecue.engine.proposers import DraftModelProposer, SamplingSettings
+    from codecue.engine.proposers import DraftModelProposer
+    from codecue.engine.sampling import Sampling
     from codecue.engine.speculative import GenerationParams, generate
 
-    proposer = None if draft is None else DraftModelProposer(CachedSequence(draft), SamplingSettings())
+    proposer = None if draft is None else DraftModelProposer(CachedSequence(draft), Sampling())
     return generate(
         CachedSequence(target),
         proposer,

@@ -315,7 +315,7 @@ def test_a_failure_part_way_leaves_the_cache_where_it_was(fake_gpu, tiny_dirs) -
     backend.forward([1, 2, 3])
     fake_gpu.models[-1].fail_after_chunk = KeyboardInterrupt()  # after exllamav2 advanced the cache by a chunk
     with pytest.raises(KeyboardInterrupt):
-        backend.forward(list(range(1, 700)))
+        backend.forward([1 + i % 300 for i in range(699)])  # two chunks of exllamav2's 512
     assert backend.length == 3
 
 
@@ -339,7 +339,8 @@ def test_a_second_cache_over_the_same_weights_is_independent(backend, fake_gpu) 
 
 
 def test_greedy_speculative_equals_target_only_with_a_self_draft(backend, tiny_tokenizer) -> None:
-    from codecue.engine.proposers import DraftModelProposer, SamplingSettings
+    from codecue.engine.proposers import DraftModelProposer
+    from codecue.engine.sampling import Sampling
     from codecue.engine.speculative import GenerationParams, generate
 
     prompt = [12, 40, 41, 7, 99]
@@ -351,7 +352,7 @@ def test_greedy_speculative_equals_target_only_with_a_self_draft(backend, tiny_t
 
     reference = run(None, 0)
     draft = backend.with_new_cache()
-    speculative = run(DraftModelProposer(CachedSequence(draft), SamplingSettings()), 5)
+    speculative = run(DraftModelProposer(CachedSequence(draft), Sampling()), 5)
     assert speculative.tokens == reference.tokens
     assert speculative.stats.acceptance_rate == 1.0 and speculative.stats.rounds < 30 / 3
 
@@ -405,7 +406,7 @@ DRAFT_0_5B = dict(num_layers=24, num_kv_heads=2, head_dim=64, hidden_size=896, i
 
 
 def test_kv_cache_bytes_is_two_tensors_per_layer() -> None:
-    from codecue.backends.exllamav2 import ModelShape, kv_cache_bytes
+    from codecue.backends.vram import ModelShape, kv_cache_bytes
 
     shape = ModelShape(**TARGET_1_5B)
     # 2 (K and V) x 28 layers x 2 heads x 128 dims x 4096 positions x 2 bytes = 112 MiB
@@ -413,7 +414,7 @@ def test_kv_cache_bytes_is_two_tensors_per_layer() -> None:
 
 
 def test_footprint_moves_the_embedding_to_the_cpu_and_copies_a_tied_head() -> None:
-    from codecue.backends.exllamav2 import MAX_INPUT_LEN, ModelShape, estimate_footprint
+    from codecue.backends.vram import MAX_INPUT_LEN, ModelShape, estimate_footprint
 
     shape = ModelShape(**TARGET_1_5B)
     fp = estimate_footprint(shape, 4096)
@@ -429,7 +430,7 @@ def test_footprint_moves_the_embedding_to_the_cpu_and_copies_a_tied_head() -> No
 
 
 def test_plan_loads_both_when_they_fit() -> None:
-    from codecue.backends.exllamav2 import ModelShape, plan_vram
+    from codecue.backends.vram import ModelShape, plan_vram
 
     plan = plan_vram(ModelShape(**TARGET_1_5B), ModelShape(**DRAFT_0_5B), 4096, free_bytes=24 * GIB)
     assert plan.target_fits and plan.load_draft
@@ -438,7 +439,7 @@ def test_plan_loads_both_when_they_fit() -> None:
 
 
 def test_plan_drops_the_draft_when_only_the_target_fits() -> None:
-    from codecue.backends.exllamav2 import ModelShape, plan_vram
+    from codecue.backends.vram import ModelShape, plan_vram
 
     target, draft = ModelShape(**TARGET_1_5B), ModelShape(**DRAFT_0_5B)
     just_target = plan_vram(target, None, 4096, free_bytes=64 * GIB).needed_for_target
@@ -449,7 +450,7 @@ def test_plan_drops_the_draft_when_only_the_target_fits() -> None:
 
 
 def test_plan_grows_with_the_context() -> None:
-    from codecue.backends.exllamav2 import ModelShape, kv_cache_bytes, plan_vram
+    from codecue.backends.vram import ModelShape, kv_cache_bytes, plan_vram
 
     target, draft = ModelShape(**TARGET_1_5B), ModelShape(**DRAFT_0_5B)
     short = plan_vram(target, draft, 2048, free_bytes=100 * GIB)
@@ -460,7 +461,7 @@ def test_plan_grows_with_the_context() -> None:
 
 
 def test_model_shape_is_read_from_config_json_and_file_sizes(tiny_dirs) -> None:
-    from codecue.backends.exllamav2 import ModelShape
+    from codecue.backends.vram import ModelShape
 
     shape = ModelShape.from_dir(tiny_dirs["target"])
     config = json.loads((tiny_dirs["target"] / "config.json").read_text())
@@ -480,7 +481,8 @@ def test_load_refuses_a_model_that_does_not_fit(fake_gpu, tiny_dirs) -> None:
 
 
 def test_load_pair_runs_target_only_when_the_draft_does_not_fit(fake_gpu, tiny_dirs, caplog) -> None:
-    from codecue.backends.exllamav2 import ModelShape, load_pair, plan_vram
+    from codecue.backends.exllamav2 import load_pair
+    from codecue.backends.vram import ModelShape, plan_vram
 
     target_shape = ModelShape.from_dir(tiny_dirs["target"])
     room_for_target = plan_vram(target_shape, None, 1024, free_bytes=GIB).needed_for_target + 1
@@ -555,7 +557,8 @@ def test_importing_codecue_never_imports_exllamav2(tmp_path) -> None:
     planted = tmp_path / "site" / "exllamav2"
     planted.mkdir(parents=True)
     (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
-    code = ("import codecue.backends, codecue.backends.exllamav2, codecue.commands.models, codecue.cli;"
+    code = ("import codecue.backends, codecue.backends.exllamav2, codecue.backends.vram, codecue.models.exl2,"
+            "codecue.commands.models, codecue.cli;"
             "codecue.cli.build_parser(); import sys; print('exllamav2' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO)])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)

@@ -219,15 +219,18 @@ def test_utf16_positions_to_bytes() -> None:
         utf16_to_byte_offset(text, -1, 0)
 
 
-def test_line_index_round_trip_and_clamp() -> None:
-    text = "ab😀c\n\nxyz"
+def test_line_index_offsets_and_points_are_in_utf8_bytes() -> None:
+    text = "ab😀c\r\n\nxyz"
     data = text.encode()
     index = LineIndex(data)
     assert index.line_count == 3
-    for line, character in [(0, 0), (0, 2), (0, 4), (0, 5), (1, 0), (2, 3)]:
-        assert index.position(data, index.offset(data, line, character)) == (line, character)
-    assert index.offset(data, 0, 99, clamp=True) == len("ab😀c".encode())
-    assert index.point(len("ab😀c\n\nx".encode())) == (2, 1)
+    for line, character, prefix in [(0, 0, ""), (0, 2, "ab"), (0, 4, "ab😀"), (0, 5, "ab😀c"), (1, 0, "ab😀c\r\n"),
+                                    (2, 3, text)]:
+        offset = index.offset(data, line, character)
+        assert offset == len(prefix.encode())
+        assert index.point(offset) == (line, len(prefix.encode()) - index.starts[line])
+    with pytest.raises(ValueError, match="past the end of line 0"):
+        index.offset(data, 0, 6)  # the "\r" belongs to the line break
 
 
 def test_line_index_apply_edit_matches_a_fresh_index() -> None:

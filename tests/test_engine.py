@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 
 import pytest
 import torch
 
-from codecue.backends.base import CachedSequence
-from codecue.engine.proposers import Draft, DraftModelProposer, NgramProposer, SamplingSettings
+from codecue.backends.base import BackendBase, CachedSequence
+from codecue.engine.proposers import Draft, DraftModelProposer, NgramProposer, Proposer
+from codecue.engine.sampling import Sampling
 from codecue.engine.speculative import GenerationParams, generate
 from codecue.errors import ModelError
 
@@ -151,14 +151,15 @@ def test_ngram_proposer_finds_latest_repetition():
     assert with_extra.propose([0, 5, 6], 2).tokens == [42, 43]
 
 
-class MarkovBackend:
+class MarkovBackend(BackendBase):
     """A fake backend whose next-token logits depend only on the last token: exact distributions."""
 
     name = "markov"
 
-    def __init__(self, table: torch.Tensor) -> None:
+    def __init__(self, table: torch.Tensor, max_length: int = 1 << 20) -> None:
         self.table = table
         self.tokens: list[int] = []
+        self._max_length = max_length
 
     @property
     def vocab_size(self) -> int:
@@ -170,12 +171,12 @@ class MarkovBackend:
 
     @property
     def max_length(self) -> int:
-        return 1 << 20
+        return self._max_length
 
-    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
+    def _forward(self, token_ids: list[int], n_logits: int) -> torch.Tensor:
         self.tokens.extend(token_ids)
-        rows = self.table[torch.tensor(list(token_ids))].clone()
-        return rows[len(rows) - (len(rows) if n_logits is None else n_logits) :]
+        rows = self.table[torch.tensor(token_ids)].clone()
+        return rows[len(rows) - n_logits :]
 
     def truncate(self, length: int) -> None:
         del self.tokens[length:]
@@ -194,11 +195,10 @@ def test_generate_sampling_matches_target_distribution():
     q_logits = torch.randn(vocab, vocab, generator=g) * 1.5
     target = CachedSequence(MarkovBackend(p_logits))
     draft_seq = CachedSequence(MarkovBackend(q_logits))
-    sample_gen = torch.Generator().manual_seed(11)
-    proposer = DraftModelProposer(draft_seq, SamplingSettings(0.8, 1.0, sample_gen))
+    proposer = DraftModelProposer(draft_seq, Sampling(0.8, 1.0, seed=11))
     counts: dict[tuple[int, ...], int] = {}
     for i in range(n):
-        r = generate(target, proposer, [0], GenerationParams(max_new_tokens=steps, temperature=0.8, k=2, seed=i),
+        r = generate(target, proposer, [0], GenerationParams(max_new_tokens=steps, k=2, sampling=Sampling(0.8, seed=i)),
                      decode=lambda ids: "")
         counts[tuple(r.tokens)] = counts.get(tuple(r.tokens), 0) + 1
     p = torch.softmax(p_logits / 0.8, -1)
@@ -221,16 +221,13 @@ def test_deterministic_draft_in_sampling_mode_is_exact():
     p_logits = torch.randn(vocab, vocab, generator=g)
     target = CachedSequence(MarkovBackend(p_logits))
 
-    class Always1:
+    class Always1(Proposer):
         def propose(self, context, k):
             return Draft([1] * k, None, "ngram")
 
-        def update(self, context, n_accepted):
-            pass
-
     counts = [0] * vocab * vocab
     for i in range(n):
-        r = generate(target, Always1(), [2], GenerationParams(max_new_tokens=2, temperature=1.0, k=3, seed=i),
+        r = generate(target, Always1(), [2], GenerationParams(max_new_tokens=2, k=3, sampling=Sampling(1.0, seed=i)),
                      decode=lambda ids: "")
         counts[r.tokens[0] * vocab + r.tokens[1]] += 1
     p = torch.softmax(p_logits, -1)
@@ -268,8 +265,9 @@ def test_restricted_draft_head_keeps_output_exact(make_completer, reference, dra
 
 def test_gguf_pair_with_different_token_lists_is_refused_before_loading(tmp_path, monkeypatch):
     from codecue import completion
-    from codecue.models import resolve
-    from codecue.models.resolve import GGUFVocab, ModelSource
+    from codecue.models import gguf_reader
+    from codecue.models.gguf_reader import GGUFVocab
+    from codecue.models.resolve import ModelSource
 
     vocabs = {
         "t.gguf": GGUFVocab(tmp_path / "t.gguf", "qwen2", 100, 100, "gpt2", "aaa"),
@@ -277,7 +275,7 @@ def test_gguf_pair_with_different_token_lists_is_refused_before_loading(tmp_path
         "other.gguf": GGUFVocab(tmp_path / "other.gguf", "qwen2", 100, 100, "gpt2", "bbb"),
         "small.gguf": GGUFVocab(tmp_path / "small.gguf", "qwen2", 90, 90, "gpt2", "aaa"),
     }
-    monkeypatch.setattr(resolve, "read_gguf_vocab", lambda path: vocabs[path.name])
+    monkeypatch.setattr(gguf_reader, "read_gguf_vocab", lambda path: vocabs[path.name])
     src = {name: ModelSource("gguf", tmp_path / name, name) for name in vocabs}
     completion.check_same_tokenizer(src["t.gguf"], src["same.gguf"])  # same list: fine
     for bad in ("other.gguf", "small.gguf"):
@@ -302,15 +300,12 @@ def test_prompt_is_evaluated_alone_whatever_the_draft(tiny_dirs):
     together would make the prompt's chunking, and its rounding, depend on the draft's length."""
     from codecue.backends.base import CachedSequence
     from codecue.backends.torch_backend import TorchBackend
-    from codecue.engine.proposers import Draft
+    from codecue.engine.proposers import Draft, Proposer
     from codecue.engine.speculative import GenerationParams, generate
 
-    class GuessSevens:  # drafts k copies of one token: a proposer that always drafts
+    class GuessSevens(Proposer):  # drafts k copies of one token: a proposer that always drafts
         def propose(self, context, k):
             return Draft([7] * k)
-
-        def update(self, context, n_accepted):
-            pass
 
     prompt = [11, 12, 13, 14, 15, 16, 11, 12, 13, 14, 15, 16, 11, 12, 13, 14, 15, 16, 11, 12]
     seen: dict[int, list[int]] = {}
@@ -348,3 +343,93 @@ def test_draft_reads_the_prompt_before_the_first_token(make_completer):
     result = c.generate_ids(prompt, max_tokens=12, k=3, draft_mode="model", on_text=on_text)
     assert result.stats.new_tokens >= 2 and fed_at_first_text
     assert fed_at_first_text[0] - before >= len(prompt) - 1
+
+
+# -- the shared forward check and rollback, sampling streams, timings --------------------------------------
+
+
+class FailingMarkovBackend(MarkovBackend):
+    """Keeps the first ``keep`` tokens of a forward, then fails (as a runtime that evaluated some chunks)."""
+
+    def __init__(self, table: torch.Tensor, keep: int) -> None:
+        super().__init__(table)
+        self.keep = keep
+
+    def _forward(self, token_ids: list[int], n_logits: int) -> torch.Tensor:
+        self.tokens.extend(token_ids[: self.keep])
+        raise RuntimeError("kernel failed")
+
+
+def test_forward_failure_rolls_the_cache_back_to_where_it_was():
+    backend = FailingMarkovBackend(torch.zeros(4, 4), keep=2)
+    backend.tokens = [1, 2]
+    with pytest.raises(RuntimeError, match="kernel failed"):
+        backend.forward([3, 3, 3])
+    assert backend.length == 2 and backend.tokens == [1, 2]
+
+
+@pytest.mark.parametrize(("tokens", "n_logits", "message"), [
+    ([], None, "at least one token"),
+    ([1, 2], 3, "n_logits must be in 0..2"),
+    ([1, 2], -1, "n_logits must be in 0..2"),
+    ([1, 4], None, "token id 4 is outside the vocabulary of 4"),
+    ([1] * 7, None, "exceed the context of 8"),
+])
+def test_forward_refuses_what_no_backend_can_serve(tokens, n_logits, message):
+    backend = MarkovBackend(torch.zeros(4, 4), max_length=8)
+    backend.tokens = [0, 0]
+    with pytest.raises(ValueError, match=message):
+        backend.forward(tokens, n_logits)
+    assert backend.tokens == [0, 0]  # nothing was fed
+    assert backend.forward([1, 2], 1).shape == (1, 4)  # a valid call still works
+
+
+def test_default_capabilities_do_nothing_and_say_so():
+    backend = MarkovBackend(torch.zeros(4, 4))
+    assert backend.can_restrict_vocab is False
+    backend.restrict_vocab([1, 2])
+    assert backend.forward([1]).shape == (1, 4)  # still the full vocabulary
+    backend.close()
+
+
+def test_sampling_streams_are_seeded_apart_and_reproducibly():
+    from codecue.engine.sampling import RandomStream
+
+    assert Sampling().generator(RandomStream.VERIFY) is None  # greedy draws nothing
+    sampling = Sampling(0.7, seed=5)
+    draws = {stream: torch.rand(4, generator=sampling.generator(stream)) for stream in RandomStream}
+    assert torch.equal(draws[RandomStream.VERIFY], torch.rand(4, generator=torch.Generator().manual_seed(5)))
+    assert torch.equal(draws[RandomStream.DRAFT], torch.rand(4, generator=torch.Generator().manual_seed(6)))
+
+
+def test_record_times_gives_ttft_and_time_per_later_token():
+    from codecue.engine.speculative import GenerationStats
+
+    stats = GenerationStats()
+    stats.record_times(start=10.0, first=10.5, end=12.5, new_tokens=5)
+    assert (stats.new_tokens, stats.ttft_ms, stats.tpot_ms, stats.total_ms) == (5, 500.0, 500.0, 2500.0)
+    stats.record_times(start=1.0, first=None, end=1.25, new_tokens=0)
+    assert (stats.ttft_ms, stats.tpot_ms, stats.total_ms) == (250.0, 0.0, 250.0)
+
+
+def test_a_draft_out_of_gpu_memory_is_dropped_and_the_answer_stays_exact(make_completer, reference):
+    """A backend's GPUOutOfMemory names the backend; when it is the draft, the completer closes it and
+    answers from the target (with n-gram drafts), with the same greedy tokens."""
+    from codecue.backends.base import GPUOutOfMemory
+
+    prompt, expected = reference
+    c = make_completer("target")
+    draft = c.draft.backend
+    closed = []
+
+    def out_of_memory(token_ids, n_logits=None):
+        raise GPUOutOfMemory("CUDA ran out of memory", backend=draft)
+
+    draft.forward = out_of_memory
+    draft.close = lambda: closed.append(True)
+    result = c.generate_ids(prompt, max_tokens=48, k=4, draft_mode="model")
+    assert result.tokens == expected and closed == [True] and c.draft is None
+    c.target.backend.forward = lambda *args, **kwargs: (_ for _ in ()).throw(
+        GPUOutOfMemory("CUDA ran out of memory", backend=c.target.backend))
+    with pytest.raises(GPUOutOfMemory):  # the target's own OOM is the caller's to report
+        c.generate_ids(prompt + [1], max_tokens=4, k=0)

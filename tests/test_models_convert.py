@@ -127,7 +127,7 @@ def test_a_missing_source_is_named(gpu_with_exllamav2, tmp_path, capsys) -> None
 
 
 def test_an_hf_directory_is_converted_into_place(gpu_with_exllamav2, tiny_dirs, tmp_path) -> None:
-    from codecue.backends.exllamav2 import convert_to_exl2
+    from codecue.models.exl2 import convert_to_exl2
 
     converter = FakeConverter()
     out = tmp_path / "models" / "tiny-exl2"
@@ -146,7 +146,7 @@ def test_an_hf_directory_is_converted_into_place(gpu_with_exllamav2, tiny_dirs, 
 
 def test_the_converter_sees_rope_theta_where_exllamav2_reads_it(gpu_with_exllamav2, tiny_dirs, tmp_path) -> None:
     """transformers 5 writes rope_parameters.rope_theta only; exllamav2 reads rope_theta (else 10000)."""
-    from codecue.backends.exllamav2 import convert_to_exl2
+    from codecue.models.exl2 import convert_to_exl2
 
     source = tmp_path / "qwen-like"
     shutil.copytree(tiny_dirs["target"], source)
@@ -170,7 +170,7 @@ def test_the_converter_sees_rope_theta_where_exllamav2_reads_it(gpu_with_exllama
 
 
 def test_a_failed_conversion_keeps_the_work_dir_for_resuming(gpu_with_exllamav2, tiny_dirs, tmp_path) -> None:
-    from codecue.backends.exllamav2 import convert_to_exl2
+    from codecue.models.exl2 import convert_to_exl2
 
     converter = FakeConverter(returncode=1)
     out = tmp_path / "tiny-exl2"
@@ -182,7 +182,7 @@ def test_a_failed_conversion_keeps_the_work_dir_for_resuming(gpu_with_exllamav2,
 
 
 def test_a_converter_that_exits_0_without_output_is_caught(gpu_with_exllamav2, tiny_dirs, tmp_path) -> None:
-    from codecue.backends.exllamav2 import convert_to_exl2
+    from codecue.models.exl2 import convert_to_exl2
 
     # convert_exl2 prints " ## ..." and exits with status 0 on several errors.
     with pytest.raises(ModelError, match="left no usable model"):
@@ -191,7 +191,7 @@ def test_a_converter_that_exits_0_without_output_is_caught(gpu_with_exllamav2, t
 
 
 def test_an_exl2_source_is_refused(gpu_with_exllamav2, tiny_dirs, tmp_path) -> None:
-    from codecue.backends.exllamav2 import convert_to_exl2
+    from codecue.models.exl2 import convert_to_exl2
 
     first = convert_to_exl2(resolve(tiny_dirs["target"]), tmp_path / "a", run_converter=FakeConverter())
     with pytest.raises(CodeCueError, match="already an EXL2 model"):
@@ -200,7 +200,7 @@ def test_an_exl2_source_is_refused(gpu_with_exllamav2, tiny_dirs, tmp_path) -> N
 
 def test_a_gguf_source_is_dequantized_to_an_hf_directory_first(gpu_with_exllamav2, tiny_dirs, tmp_path,
                                                                monkeypatch) -> None:
-    from codecue.backends.exllamav2 import convert_to_exl2
+    from codecue.models.exl2 import convert_to_exl2
     from codecue.testing_gguf import convert_tiny_model_dir
 
     monkeypatch.setenv("CODECUE_CACHE_DIR", str(tmp_path / "cache"))
@@ -222,7 +222,7 @@ def test_a_gguf_source_is_dequantized_to_an_hf_directory_first(gpu_with_exllamav
 
 
 def test_the_library_call_checks_the_gpu_too(tiny_dirs, tmp_path, monkeypatch) -> None:
-    from codecue.backends.exllamav2 import convert_to_exl2
+    from codecue.models.exl2 import convert_to_exl2
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     converter = FakeConverter()

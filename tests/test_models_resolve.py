@@ -13,14 +13,9 @@ import pytest
 
 from codecue.errors import ModelError
 from codecue.models import provision
+from codecue.models.gguf_reader import read_gguf_header, read_gguf_vocab, read_gguf_vocab_size
 from codecue.models.registry import DEFAULTS, REGISTRY, ModelSpec, chunk_wheel_parts
-from codecue.models.resolve import (
-    ModelSource,
-    read_gguf_header,
-    read_gguf_vocab,
-    read_gguf_vocab_size,
-    resolve_model,
-)
+from codecue.models.resolve import ModelSource, resolve_model
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from codecue.backends.remote import RemoteSettings
-from codecue.engine.fim import PromptBudget, build_fim_text, split_at
+from codecue.document import split_at
+from codecue.engine.fim import PromptBudget, build_fim_text
 from codecue.remote_completion import request_body
 from codecue.server.context_hooks import blank_line_stop
 from codecue.server.prompt import stable_prefix
@@ -93,7 +94,7 @@ CURSOR = (2, 4)
 
 
 async def test_streamed_lsp_completion_equals_the_servers_own(llama_server, tmp_path):
-    from codecue.completion import load_tokenizer
+    from codecue.models.tokenizer import load_tokenizer
 
     url, target = llama_server
     cfg = write_config(tmp_path, fallback="none", first_byte_timeout=120.0, read_timeout=60.0)

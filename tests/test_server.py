@@ -8,11 +8,13 @@ import json
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from codecue.engine.fim import PromptBudget, split_at
+from codecue.document import Document, PositionError, split_at, typed_since, utf16_length, utf16_to_index
+from codecue.engine.fim import PromptBudget
 from codecue.errors import CodeCueError
 from codecue.server.context_hooks import blank_line_stop
-from codecue.server.documents import Document, PositionError, typed_since, utf16_to_index
 from codecue.server.framing import FrameTooLarge, encode_frame, read_frame
 from codecue.server.inline_completion import CompletionRequest, make_items, still_valid
 from codecue.server.options import ModelOptions, ServerOptions, parse_options
@@ -64,10 +66,59 @@ def test_unknown_option_and_non_object_are_reported():
 TEXT = "a😀b\nsecond line\r\nthird\n"
 
 
-@pytest.mark.parametrize(("line", "character"), [(0, 0), (0, 1), (0, 3), (0, 4), (1, 6), (1, 11), (2, 5), (3, 0)])
-def test_split_agrees_with_engine_split_at(line, character):
+@pytest.mark.parametrize(("line", "character", "prefix"), [
+    (0, 0, ""), (0, 1, "a"), (0, 3, "a😀"), (0, 4, "a😀b"), (1, 6, "a😀b\nsecond"),
+    (1, 11, "a😀b\nsecond line"), (2, 5, "a😀b\nsecond line\r\nthird"), (3, 0, TEXT),
+])
+def test_split_at_counts_utf16_units_and_keeps_crlf_in_the_line_break(line, character, prefix):
+    assert split_at(TEXT, line, character) == (prefix, TEXT[len(prefix):])
+    assert Document("file:///x", "python", 1, TEXT).split(line, character) == (prefix, TEXT[len(prefix):])
+
+
+def test_position_at_inverts_offset_at_and_only_surrogate_splits_fail():
+    doc = Document("file:///x", "python", 1, TEXT + "é😀\x0c\r\n")
+    for line in range(doc.line_count):
+        text = doc.line_text(line)
+        between_characters = {utf16_length(text[:i]) for i in range(len(text) + 1)}
+        for character in range(utf16_length(text) + 1):
+            if character in between_characters:
+                assert doc.position_at(doc.offset_at(line, character)) == (line, character)
+            else:
+                with pytest.raises(PositionError, match="surrogate"):
+                    doc.offset_at(line, character)
+
+
+def _utf16_oracle_offset(text: str, line: int, character: int) -> int:
+    """An independent reference: the string index of a clamped LSP position, by encoding to UTF-16."""
+    lines = text.split("\n")
+    if line >= len(lines):
+        return len(text)
+    content = lines[line][:-1] if lines[line].endswith("\r") and line < len(lines) - 1 else lines[line]
+    units = content.encode("utf-16-le")[: 2 * character]
+    return sum(len(x) + 1 for x in lines[:line]) + len(units.decode("utf-16-le"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 12), st.integers(0, 5), st.integers(0, 12),
+                          st.sampled_from(["", "x", "\n", "\r\n", "é", "😀", "a\r\nb😀", "\x0c"])),
+                max_size=12))
+def test_incremental_edits_match_a_utf16_reference(edits):
     doc = Document("file:///x", "python", 1, TEXT)
-    assert doc.split(line, character) == split_at(TEXT, line, character)
+    expected = TEXT
+    for start_line, start_char, end_line, end_char, new_text in edits:
+        try:
+            a = _utf16_oracle_offset(expected, start_line, start_char)
+            b = _utf16_oracle_offset(expected, end_line, end_char)
+        except UnicodeDecodeError:  # the position splits a surrogate pair: the document loses sync
+            with pytest.raises(PositionError, match="surrogate"):
+                doc.apply_range_change((start_line, start_char), (end_line, end_char), new_text)
+            assert not doc.in_sync and doc.text == expected
+            return
+        a, b = min(a, b), max(a, b)
+        expected = expected[:a] + new_text + expected[b:]
+        doc.apply_range_change((start_line, start_char), (end_line, end_char), new_text)
+        assert doc.text == expected
+        assert doc.line_count == expected.count("\n") + 1
 
 
 @pytest.mark.parametrize(("line", "character", "why"), [
@@ -90,16 +141,23 @@ def test_crlf_line_break_is_not_part_of_the_line():
 def test_utf16_to_index_counts_astral_characters_twice():
     assert utf16_to_index("a😀b", 3) == 2
     assert utf16_to_index("abc", 3) == 3
+    assert utf16_length("a😀é") == 4 and utf16_length("abc") == 3
+    with pytest.raises(PositionError, match="line 7 splits a surrogate pair"):
+        utf16_to_index("a😀b", 2, line=7)
 
 
 def test_incremental_changes_follow_lsp_and_clamp_past_the_end():
     doc = Document("file:///x", "python", 1, "def f():\n    pass\n")
-    doc.apply_range_change((1, 4), (1, 8), "return 1")
+    assert doc.apply_range_change((1, 4), (1, 8), "return 1") == ((1, 4), (1, 8))
     assert doc.text == "def f():\n    return 1\n"
-    doc.apply_range_change((0, 99), (0, 99), "  # clamped to the line end")
+    # The range returned is the one replaced, clamped and in order.
+    assert doc.apply_range_change((0, 99), (0, 99), "  # clamped to the line end") == ((0, 8), (0, 8))
     assert doc.text.splitlines()[0] == "def f():  # clamped to the line end"
-    doc.apply_range_change((50, 0), (60, 0), "tail\n")  # past the document: appended at its end
+    assert doc.apply_range_change((50, 0), (60, 0), "tail\n") == ((2, 0), (2, 0))  # appended at the end
     assert doc.text.endswith("return 1\ntail\n")
+    assert doc.apply_range_change((1, 12), (1, 4), "") == ((1, 4), (1, 12))  # a reversed range
+    assert doc.text.splitlines()[1] == "    "
+    doc.apply_range_change((1, 4), (1, 4), "return 1")
     doc.apply_range_change((0, 0), (1, 0), "")  # delete a whole line
     assert doc.text == "    return 1\ntail\n"
     with pytest.raises(PositionError):

@@ -202,7 +202,7 @@ def completer(make_completer):
 
 
 def expected_text(completer, text: str, line: int, character: int, max_tokens: int) -> str:
-    from codecue.engine.fim import split_at
+    from codecue.document import split_at
 
     prefix, suffix = split_at(text, line, character)
     return completer.complete(prefix, suffix, max_tokens=max_tokens, stop_predicate=blank_line_stop).text

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from codecue.engine.rounds import MODEL, NGRAM, RoundJoiner, RoundRecord
+from codecue.engine.rounds import DraftSource, RoundJoiner, RoundRecord
 from codecue.tuning import ClassProfile, CostModel, Profile, load_profile, save_profile
 from codecue.tuning.k_choice import best_k_replay, merge_rounds, pooled_rounds, replay_round, replay_speedup
 
 COSTS = CostModel(draft_cost=0.14, verify_costs=(1.0, 1.05, 1.1, 1.12, 1.15, 1.3, 1.32, 1.45, 1.6))
+
+MODEL, NGRAM = DraftSource.MODEL, DraftSource.NGRAM
 
 
 def test_replay_at_the_recorded_cap_is_what_the_round_cost() -> None:

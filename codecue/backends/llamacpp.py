@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from codecue.backends.base import BackendBase
 from codecue.errors import BackendUnavailable, ModelError
 
 INSTALL_HINT = "install it with: pip install 'codecue[llamacpp]'"
@@ -105,7 +106,7 @@ def physical_core_count() -> int:
     return max(1, logical // 2 if logical >= 4 else logical)
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(BackendBase):
     """A GGUF model in one llama.cpp context holding one sequence; see :class:`codecue.backends.base.Backend`."""
 
     name = "llamacpp"
@@ -211,40 +212,20 @@ class LlamaCppBackend:
     def max_length(self) -> int:
         return self._n_ctx
 
-    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
-        """Append ``token_ids`` to the cache; float32 logits ``[n, vocab]`` on the CPU.
-
-        ``n`` is ``len(token_ids)`` by default (one row per fed position, as the protocol says). A caller
-        that only needs the last rows (a prefill) may pass ``n_logits``: llama.cpp then skips the output
-        head for the other positions, which is a sizeable part of a prefill with a 152k vocabulary.
-        """
+    def _forward(self, tokens: list[int], n_logits: int) -> torch.Tensor:
+        """Evaluate ``tokens`` in chunks of ``n_batch``; llama.cpp skips the output head for the positions
+        before the last ``n_logits``, a sizeable part of a prefill with a 152k vocabulary."""
         self._check_open()
-        tokens = [int(t) for t in token_ids]
         n = len(tokens)
-        if n == 0:
-            raise ValueError("forward needs at least one token")
-        n_logits = n if n_logits is None else n_logits
-        if not 0 <= n_logits <= n:
-            raise ValueError(f"n_logits must be in 0..{n}, got {n_logits}")
-        if self._length + n > self._n_ctx:
-            raise ValueError(f"{self._length} cached + {n} new tokens exceed the context of {self._n_ctx}")
-        bad = [t for t in tokens if not 0 <= t < self._n_vocab]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary of {self._n_vocab}")
         out = np.empty((n_logits, self._n_vocab), dtype=np.float32)
         first_output = n - n_logits
-        start_length = self._length
-        try:
-            for start in range(0, n, self.n_batch):
-                chunk = tokens[start : start + self.n_batch]
-                chunk_first_output = max(0, first_output - start)
-                rows = self._decode(chunk, chunk_first_output)
-                if rows is not None:  # rows for this chunk's positions chunk_first_output.. of it
-                    row0 = start + chunk_first_output - first_output
-                    out[row0 : row0 + rows.shape[0]] = rows
-        except BaseException:
-            self.truncate(start_length)  # leave no partially evaluated chunk in the cache
-            raise
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            chunk_first_output = max(0, first_output - start)
+            rows = self._decode(chunk, chunk_first_output)
+            if rows is not None:  # rows for this chunk's positions chunk_first_output.. of it
+                row0 = start + chunk_first_output - first_output
+                out[row0 : row0 + rows.shape[0]] = rows
         return torch.from_numpy(out)
 
     def truncate(self, length: int) -> None:

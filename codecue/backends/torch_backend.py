@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from codecue.backends.base import BackendBase
 from codecue.errors import BackendUnavailable, ModelError
 from codecue.paths import cache_dir
 
@@ -233,10 +234,11 @@ def save_converted(model: torch.nn.Module, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-class TorchBackend:
+class TorchBackend(BackendBase):
     """A transformers causal LM with a ``DynamicCache`` for one sequence."""
 
     name = "torch"
+    can_restrict_vocab = True
 
     def __init__(
         self, model: torch.nn.Module, device: str = "cpu", max_length: int | None = None, pad_head_rows: bool = False
@@ -343,11 +345,9 @@ class TorchBackend:
     def max_length(self) -> int:
         return self._max_length
 
-    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
-        if not token_ids:
-            raise ValueError("forward needs at least one token")
-        n = len(token_ids) if n_logits is None else n_logits
-        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
+    def _forward(self, token_ids: list[int], n_logits: int) -> torch.Tensor:
+        n = n_logits
+        ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode():
             # Run the decoder, then the output head on only the rows asked for (the head is the
             # biggest single matmul of a small model, and prefill rarely needs more than one row).

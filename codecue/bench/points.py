@@ -82,7 +82,7 @@ def builtin_points(languages: list[str] | None, per_file: int, split: str = "hel
 
 def load_points_file(path: Path) -> list[Point]:
     """One JSON object per line with ``path``, ``line``, ``character`` (0-based, UTF-16 as in LSP)."""
-    from codecue.engine.fim import split_at
+    from codecue.document import split_at
 
     points = []
     try:

@@ -82,10 +82,12 @@ def run_hf_assisted(completer: Any, prompt: list[int], max_tokens: int) -> RunRe
     """transformers' own assisted generation on the same two models; a reason string when impossible."""
     import torch
 
-    target = getattr(completer.target.backend, "model", None)
-    draft = getattr(completer.draft.backend, "model", None) if completer.draft is not None else None
-    if target is None or draft is None:
+    from codecue.backends.torch_backend import TorchBackend
+
+    backends = (completer.target.backend, completer.draft.backend if completer.draft is not None else None)
+    if not all(isinstance(backend, TorchBackend) for backend in backends):
         return "needs the torch backend for both models"
+    target, draft = (backend.model for backend in backends)
     ids = torch.tensor([prompt])
     streamer = _TimingStreamer()
     t0 = time.perf_counter()

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from codecue.completion import Completer
-    from codecue.engine.fim import split_at
+    from codecue.document import split_at
 
     try:
         text = args.file.read_text(encoding="utf-8")

@@ -124,7 +124,7 @@ def _verify(names: list[str]) -> int:
 
 
 def _convert(source_ref: str, out: Path, *, bits: float, head_bits: int, work_dir: Path | None) -> int:
-    from codecue.backends.exllamav2 import check_conversion_request, convert_to_exl2, require_converter
+    from codecue.models.exl2 import check_conversion_request, convert_to_exl2, require_converter
     from codecue.models.registry import REGISTRY
     from codecue.models.resolve import resolve_model
 

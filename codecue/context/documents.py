@@ -1,5 +1,8 @@
 """Per-document parse trees, updated incrementally from editor changes (``tree.edit`` + reparse).
 
+The trees keep the UTF-8 bytes tree-sitter parses; the language server applies each change to its
+document store (:mod:`codecue.document`) first and passes it on here clamped and in order.
+
 The language server feeds ``textDocument/didOpen``/``didChange``/``didClose`` here and asks for the
 :class:`~codecue.context.analysis.CursorContext` when a completion is requested. Changes only edit the
 tree; the reparse happens once, when a context (or the tree) is next needed, so a burst of keystrokes

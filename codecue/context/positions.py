@@ -1,12 +1,14 @@
-"""LSP positions (0-based line, UTF-16 code unit) to UTF-8 byte offsets and tree-sitter points.
+"""The line index of a UTF-8 buffer: LSP positions to byte offsets and tree-sitter points.
 
-tree-sitter works on UTF-8 bytes and (row, byte column) points; the LSP counts characters in UTF-16 code
-units by default. Lines end at ``\\n`` (a ``\\r`` before it belongs to the line break, not to the line).
+tree-sitter works on UTF-8 bytes and (row, byte column) points. Lines break as in
+:mod:`codecue.document`, whose :func:`~codecue.document.utf16_to_index` converts the UTF-16 column.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+
+from codecue.document import PositionError, utf16_to_index
 
 
 class LineIndex:
@@ -30,49 +32,18 @@ class LineIndex:
             end -= 1
         return start, end
 
-    def offset(self, data: bytes, line: int, character: int, clamp: bool = False) -> int:
-        """The byte offset of an LSP position.
-
-        Raises ValueError for a line past the end of the document, a character past the end of its line
-        (unless ``clamp``, which moves it to the end of the line as the LSP specification allows), or a
-        character that splits a UTF-16 surrogate pair.
-        """
-        if line < 0 or character < 0:
-            raise ValueError(f"negative position (line {line}, character {character})")
+    def offset(self, data: bytes, line: int, character: int) -> int:
+        """The byte offset of an LSP position; PositionError (a ValueError) for a position that is not
+        in the document (see :func:`codecue.document.utf16_to_index`)."""
+        if line < 0:
+            raise PositionError(f"negative position (line {line}, character {character})")
         if line >= len(self.starts):
-            raise ValueError(f"line {line} is past the end of the document ({len(self.starts)} lines)")
+            raise PositionError(f"line {line} is past the end of the document ({len(self.starts)} lines)")
         start, end = self.line_span(data, line)
         raw = data[start:end]
-        if raw.isascii():
-            if character > len(raw):
-                if clamp:
-                    return end
-                raise ValueError(f"character {character} is past the end of line {line} ({len(raw)} characters)")
-            return start + character
         text = raw.decode("utf-8", errors="surrogateescape")
-        units = 0
-        for index, char in enumerate(text):
-            if units == character:
-                return start + len(text[:index].encode("utf-8", errors="surrogateescape"))
-            units += 2 if ord(char) > 0xFFFF else 1
-            if units > character:
-                raise ValueError(
-                    f"character {character} on line {line} splits the surrogate pair of {char!r} "
-                    "(UTF-16 positions must fall between characters)"
-                )
-        if units == character or clamp:
-            return end
-        raise ValueError(f"character {character} is past the end of line {line} ({units} UTF-16 units)")
-
-    def position(self, data: bytes, offset: int) -> tuple[int, int]:
-        """The LSP (line, UTF-16 character) of a byte offset (the inverse of :meth:`offset`)."""
-        line = bisect_right(self.starts, offset) - 1
-        start = self.starts[line]
-        prefix = data[start:offset]
-        if prefix.isascii():
-            return line, len(prefix)
-        text = prefix.decode("utf-8", errors="replace")
-        return line, sum(2 if ord(c) > 0xFFFF else 1 for c in text)
+        index = utf16_to_index(text, character, line)
+        return start + (index if raw.isascii() else len(text[:index].encode("utf-8", errors="surrogateescape")))
 
     def point(self, offset: int) -> tuple[int, int]:
         """The tree-sitter point (row, byte column) of a byte offset."""

@@ -107,21 +107,3 @@ def build_fim_prompt(tokenizer, prefix: str, suffix: str, budget: PromptBudget =
     text = build_fim_text(tokenizer, prefix, suffix, budget, extra_context)
     return tokenizer.encode(text, add_special_tokens=False)
 
-
-def split_at(text: str, line: int, character: int) -> tuple[str, str]:
-    """Split a document at a 0-based (line, UTF-16 character) position, as LSP counts them."""
-    lines = text.split("\n")
-    if line < 0 or line >= len(lines):
-        raise ValueError(f"line {line} is outside the document (it has {len(lines)} lines)")
-    offset = sum(len(li) + 1 for li in lines[:line])
-    current = lines[line]
-    encoded = current.encode("utf-16-le")
-    if character < 0 or character * 2 > len(encoded):
-        raise ValueError(f"character {character} is past the end of line {line} ({len(encoded) // 2} UTF-16 units)")
-    head = encoded[: character * 2]
-    try:
-        col = len(head.decode("utf-16-le"))
-    except UnicodeDecodeError:
-        raise ValueError(f"character {character} splits a surrogate pair on line {line}") from None
-    offset += col
-    return text[:offset], text[offset:]

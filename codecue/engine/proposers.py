@@ -1,53 +1,50 @@
 """Draft proposers: anything that can guess the next K tokens.
 
-The interface is two methods (as in transformers' assisted decoding): ``propose(context, k)`` returns a
-:class:`Draft`, and ``update(context, n_accepted)`` tells the proposer how its last draft fared. ``q`` is the
-draft distribution per drafted token; a deterministic proposer (n-gram lookup) returns ``None`` and is
-treated as putting all its mass on its guess.
+The interface (:class:`Proposer`, as in transformers' assisted decoding): ``propose(context, k)`` returns a
+:class:`Draft`, and ``update(context, n_accepted)`` tells the proposer how its last draft fared;
+``prepare(context)`` lets it read the prompt before the first round. ``q`` is the draft distribution per
+drafted token; a deterministic proposer (n-gram lookup) returns ``None`` and is treated as putting all its
+mass on its guess.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
 from codecue.backends.base import CachedSequence
 from codecue.engine.acceptance import logits_to_probs
+from codecue.engine.rounds import DraftSource
+from codecue.engine.sampling import RandomStream, Sampling
 
 
 @dataclass
 class Draft:
     tokens: list[int] = field(default_factory=list)
     q: torch.Tensor | None = None  # [len(tokens), vocab] or None for a deterministic guess
-    source: str = "none"  # "model", "ngram" or "none", for statistics
+    source: DraftSource = DraftSource.NONE
 
 
-class Proposer(Protocol):
+class Proposer(ABC):
+    """Drafts up to ``k`` tokens to follow ``context`` for the target to verify."""
+
+    @abstractmethod
     def propose(self, context: Sequence[int], k: int) -> Draft: ...
 
-    def update(self, context: Sequence[int], n_accepted: int) -> None: ...
+    def update(self, context: Sequence[int], n_accepted: int) -> None:
+        """The target kept ``n_accepted`` of the last draft; nothing to do by default."""
+        return None
 
-    # Optional: ``prepare(context)`` is called once before the first token, to read the prompt then (part
-    # of the time to first token) rather than in the first drafting round.
-
-
-@dataclass
-class SamplingSettings:
-    """How tokens are chosen: greedy when ``temperature`` is 0."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    generator: torch.Generator | None = None
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0
+    def prepare(self, context: Sequence[int]) -> None:
+        """Called once before the first token, to read the prompt then (part of the time to first token)
+        rather than in the first drafting round; nothing to do by default."""
+        return None
 
 
-class DraftModelProposer:
+class DraftModelProposer(Proposer):
     """A small model drafts autoregressively from its own KV cache.
 
     Its cache is synced with the accepted context by longest common prefix, so the tokens it missed last
@@ -56,10 +53,11 @@ class DraftModelProposer:
     draft doubts is likely rejected and costs a draft step plus verification width.
     """
 
-    def __init__(self, seq: CachedSequence, sampling: SamplingSettings, min_confidence: float = 0.0,
+    def __init__(self, seq: CachedSequence, sampling: Sampling, min_confidence: float = 0.0,
                  vocab_map: torch.Tensor | None = None) -> None:
         self.seq = seq
         self.sampling = sampling
+        self.generator = sampling.generator(RandomStream.DRAFT)
         self.min_confidence = min_confidence
         # When the draft's head scores a subset of the vocabulary, column j is token vocab_map[j].
         self.vocab_map = vocab_map
@@ -85,7 +83,7 @@ class DraftModelProposer:
                 token = int(probs.argmax())
             else:
                 probs = logits_to_probs(logits[None], self.sampling.temperature, self.sampling.top_p)[0]
-                token = int(torch.multinomial(probs, 1, generator=self.sampling.generator))
+                token = int(torch.multinomial(probs, 1, generator=self.generator))
             if i > 0 and float(probs[token]) < self.min_confidence:
                 break
             if self.vocab_map is not None:
@@ -96,10 +94,9 @@ class DraftModelProposer:
             if i + 1 < k:
                 logits = self.seq.extend([token])[-1]
                 self.steps += 1
-        return Draft(tokens, torch.stack(qs) if qs else None, "model")
+        return Draft(tokens, torch.stack(qs) if qs else None, DraftSource.MODEL)
 
-    def update(self, context: Sequence[int], n_accepted: int) -> None:
-        pass  # the next propose() syncs by common prefix, which is the rollback
+    # update(): nothing to do, the next propose() syncs by common prefix, which is the rollback.
 
     def prepare(self, context: Sequence[int]) -> None:
         """Read the prompt now (while the target reads it too), so the first draft needs no prefill."""
@@ -108,7 +105,7 @@ class DraftModelProposer:
             self.steps += 1
 
 
-class NgramProposer:
+class NgramProposer(Proposer):
     """Prompt lookup: find the latest earlier occurrence of the context's last n tokens and propose what
     followed it. Free to compute, and code repeats itself (names, signatures, boilerplate).
 
@@ -146,14 +143,11 @@ class NgramProposer:
                     if follow:
                         break
             if follow:
-                return Draft(follow, None, "ngram")
+                return Draft(follow, None, DraftSource.NGRAM)
         return Draft()
 
-    def update(self, context: Sequence[int], n_accepted: int) -> None:
-        pass
 
-
-class HybridProposer:
+class HybridProposer(Proposer):
     """An n-gram match when there is one (free), the draft model otherwise.
 
     An n-gram guess that was rejected at its first token is not trusted for the next round either
@@ -167,7 +161,7 @@ class HybridProposer:
         self.min_ngram_tokens = min_ngram_tokens
         self.ngram_backoff = ngram_backoff
         self._skip_ngram = 0
-        self._last_source = "none"
+        self._last_source = DraftSource.NONE
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
         if k <= 0:
@@ -177,13 +171,13 @@ class HybridProposer:
         else:
             draft = self.ngram.propose(context, k)
             if len(draft.tokens) >= self.min_ngram_tokens:
-                self._last_source = "ngram"
+                self._last_source = DraftSource.NGRAM
                 return draft
-        self._last_source = "model"
+        self._last_source = DraftSource.MODEL
         return self.model.propose(context, k)
 
     def update(self, context: Sequence[int], n_accepted: int) -> None:
-        if self._last_source == "ngram" and n_accepted == 0:
+        if self._last_source == DraftSource.NGRAM and n_accepted == 0:
             self._skip_ngram = self.ngram_backoff
         self.model.update(context, n_accepted)
 

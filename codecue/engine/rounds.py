@@ -1,19 +1,27 @@
-"""What one verification round did, as reported to a K policy or a tuner (no torch here: the policy reads it)."""
+"""What one verification round did (:class:`RoundRecord`) and who drafted it (:class:`DraftSource`), as
+reported to a K policy or a tuner (no torch here: the policy reads it)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
-MODEL = "model"
-NGRAM = "ngram"
+
+class DraftSource(StrEnum):
+    """Who drafted a round's tokens: a draft model (each token costs a draft-model step), an n-gram
+    match (free), or nobody (no draft)."""
+
+    MODEL = "model"
+    NGRAM = "ngram"
+    NONE = "none"
 
 
 @dataclass(frozen=True, order=True)
 class RoundRecord:
     """One round: the proposer was asked for up to ``k`` tokens, gave ``drafted``, the target kept ``accepted``.
 
-    ``source`` is who drafted ("model": each drafted token cost a draft-model step; "ngram": free). With
+    ``source`` is who drafted (:class:`DraftSource`, a model or an n-gram match; never NONE). With
     ``drafted < k`` the draft stopped early on its own (low confidence, or an n-gram match ran out).
     ``joins`` > 0 marks rounds joined by :class:`RoundJoiner`: the target's token between two joined
     rounds counts as drafted and accepted in ``drafted``/``accepted`` (and in ``k``), ``joins`` times.
@@ -22,7 +30,7 @@ class RoundRecord:
     drafted: int
     accepted: int
     k: int
-    source: str = MODEL
+    source: DraftSource = DraftSource.MODEL
     joins: int = 0
 
     def __post_init__(self) -> None:
@@ -30,8 +38,9 @@ class RoundRecord:
             raise ValueError(f"need 0 <= accepted <= drafted, got drafted={self.drafted} accepted={self.accepted}")
         if self.k < self.drafted:
             raise ValueError(f"drafted {self.drafted} tokens with k={self.k}")
-        if self.source not in (MODEL, NGRAM):
-            raise ValueError(f"source must be {MODEL!r} or {NGRAM!r}, got {self.source!r}")
+        if self.source not in (DraftSource.MODEL, DraftSource.NGRAM):
+            raise ValueError(f"source must be 'model' or 'ngram', got {self.source!r}")
+        object.__setattr__(self, "source", DraftSource(self.source))  # a plain "model" from a caller
         if not 0 <= self.joins <= self.accepted:
             raise ValueError(f"joins must be in 0..accepted, got {self.joins}")
 
@@ -53,7 +62,7 @@ class RoundRecord:
     @classmethod
     def from_key(cls, text: str) -> RoundRecord:
         try:
-            source = {"m": MODEL, "n": NGRAM}[text[0]]
+            source = {"m": DraftSource.MODEL, "n": DraftSource.NGRAM}[text[0]]
             counts, cap = text[1:].split("@")
             drafted, accepted = counts.split("/")
             k, _, joins = cap.partition("+")

@@ -18,7 +18,8 @@ import torch
 from codecue.backends.base import CachedSequence
 from codecue.engine.acceptance import greedy_accept, logits_to_probs, one_hot_q, rejection_sample
 from codecue.engine.proposers import Draft, Proposer
-from codecue.engine.rounds import RoundRecord
+from codecue.engine.rounds import DraftSource, RoundRecord
+from codecue.engine.sampling import RandomStream, Sampling
 from codecue.engine.streaming import TextStream
 
 StopPredicate = Callable[[str], "int | None"]
@@ -27,10 +28,8 @@ StopPredicate = Callable[[str], "int | None"]
 @dataclass
 class GenerationParams:
     max_new_tokens: int = 64
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
     k: int = 4  # draft depth; 0 = target only
-    seed: int | None = None
+    sampling: Sampling = Sampling()  # greedy by default
     stop_strings: tuple[str, ...] = ()
 
 
@@ -60,6 +59,16 @@ class GenerationStats:
     def tokens_per_round(self) -> float:
         return self.new_tokens / self.rounds if self.rounds else 0.0
 
+    def record_times(self, start: float, first: float | None, end: float, new_tokens: int) -> None:
+        """Set the token count and the times from ``time.perf_counter()`` readings: the request's
+        ``start``, its ``first`` token (None: none came) and its ``end``. TPOT is the time per token
+        after the first."""
+        first = end if first is None else first
+        self.new_tokens = new_tokens
+        self.total_ms = (end - start) * 1e3
+        self.ttft_ms = (first - start) * 1e3
+        self.tpot_ms = (end - first) * 1e3 / (new_tokens - 1) if new_tokens > 1 else 0.0
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["acceptance_rate"] = self.acceptance_rate
@@ -87,7 +96,6 @@ def generate(
     on_text: Callable[[str], None] | None = None,
     stop_predicate: StopPredicate | None = None,
     cancelled: Callable[[], bool] | None = None,
-    k_for_round: Callable[[int, GenerationStats], int] | None = None,
     on_round: Callable[[RoundRecord], None] | None = None,
 ) -> GenerationResult:
     """Generate up to ``params.max_new_tokens`` tokens after ``prompt``.
@@ -101,11 +109,8 @@ def generate(
         raise ValueError("the prompt is empty")
     t_start = time.perf_counter()
     stats = GenerationStats(prompt_tokens=len(prompt), speculative=proposer is not None and params.k > 0)
-    greedy = params.temperature <= 0
-    generator = None
-    if not greedy:
-        generator = torch.Generator()
-        generator.manual_seed(params.seed if params.seed is not None else torch.seed())
+    sampling = params.sampling
+    generator = sampling.generator(RandomStream.VERIFY)
     eos = set(eos_ids)
     context = list(prompt)
     generated: list[int] = []
@@ -119,26 +124,24 @@ def generate(
             stop_reason = "cancelled"
             break
         remaining = params.max_new_tokens - len(generated)
-        k = params.k if k_for_round is None else k_for_round(stats.rounds, stats)
-        k = max(0, min(k, remaining - 1)) if proposer is not None else 0
+        k = max(0, min(params.k, remaining - 1)) if proposer is not None else 0
         if stats.rounds == 0:
             # The first token comes from the prompt's own evaluation, never with a draft: the prompt is
             # then fed by the same calls whether and however deep we speculate (feeding prompt and draft
             # together would make its chunks, and so its rounding, depend on the draft's length), and the
             # same way as llama.cpp's own generator feeds it.
             k = 0
-            prepare = getattr(proposer, "prepare", None)
-            if prepare is not None and params.k > 0:
-                prepare(context)  # the draft reads the prompt now, within the time to first token
+            if proposer is not None and params.k > 0:
+                proposer.prepare(context)  # the draft reads the prompt now, within the time to first token
         draft = proposer.propose(context, k) if k > 0 else Draft()
         draft_tokens = torch.tensor(draft.tokens, dtype=torch.long)
         logits = target.sync(context + draft.tokens, n_logits=len(draft.tokens) + 1)
         if stats.rounds == 0:
             stats.prefilled_tokens = target.fed_tokens - fed_before - len(draft.tokens)
-        if greedy:
+        if sampling.greedy:
             n_accepted, next_token = greedy_accept(draft_tokens, logits)
         else:
-            p = logits_to_probs(logits, params.temperature, params.top_p)
+            p = logits_to_probs(logits, sampling.temperature, sampling.top_p)
             q = draft.q if draft.q is not None else one_hot_q(draft_tokens, p.shape[-1])
             if q.shape[-1] != p.shape[-1]:  # a draft head narrower than the target's: pad with zero mass
                 q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1]))
@@ -152,7 +155,7 @@ def generate(
                 stats.histogram.extend([0] * (n_accepted + 1 - len(stats.histogram)))
             stats.histogram[n_accepted] += 1
             stats.k_max = max(stats.k_max, len(draft.tokens))
-            if draft.source == "ngram":
+            if draft.source == DraftSource.NGRAM:
                 stats.ngram_rounds += 1
             else:
                 stats.model_rounds += 1
@@ -191,8 +194,5 @@ def generate(
     partial = stream.next_emit(final=True)
     if on_text is not None and partial is not None:
         on_text(partial)
-    stats.new_tokens = len(generated)
-    stats.total_ms = (t_end - t_start) * 1e3
-    stats.ttft_ms = ((t_first or t_end) - t_start) * 1e3
-    stats.tpot_ms = ((t_end - (t_first or t_end)) * 1e3 / (len(generated) - 1)) if len(generated) > 1 else 0.0
+    stats.record_times(t_start, t_first, t_end, len(generated))
     return GenerationResult(tokens=generated, text=text, stop_reason=stop_reason, stats=stats)

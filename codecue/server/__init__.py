@@ -4,8 +4,8 @@ Layout (one LSP feature per module; the logic of each is plain functions testabl
 
 - :mod:`codecue.server.options` — ``initializationOptions`` as a defaulted dataclass, validated once.
 - :mod:`codecue.server.lifecycle` — ``initialize`` / ``initialized`` / ``shutdown`` / ``exit``.
-- :mod:`codecue.server.documents` — the open documents and LSP (UTF-16) position arithmetic.
-- :mod:`codecue.server.text_sync` — ``textDocument/didOpen`` / ``didChange`` / ``didClose``.
+- :mod:`codecue.server.text_sync` — ``textDocument/didOpen`` / ``didChange`` / ``didClose``, applied to
+  the one document store, :mod:`codecue.document`.
 - :mod:`codecue.server.inline_completion` — ``textDocument/inlineCompletion`` with type-through.
 - :mod:`codecue.server.streaming` — the ``codecue/partialCompletion`` notification (our extension).
 - :mod:`codecue.server.stats` — ``codecue/stats`` and ``workspace/executeCommand codecue.stats``.

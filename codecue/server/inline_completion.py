@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
+from codecue.document import PositionError, typed_since
 from codecue.server.context_hooks import CursorInfo
-from codecue.server.documents import PositionError, typed_since
 from codecue.server.prompt import extra_context
 from codecue.server.stats import CancelRecord
 from codecue.server.streaming import partial_params, send_partial

@@ -17,9 +17,9 @@ import logging
 import time
 from typing import Any
 
+from codecue.document import DocumentStore, PositionError
 from codecue.errors import CodeCueError
 from codecue.server import daemon_client
-from codecue.server.documents import DocumentStore, PositionError
 from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
 from codecue.server.jsonrpc import INTERNAL_ERROR, Message, decode, error_response
 from codecue.server.stdio import FdWriter, stream_from_fd, take_stdio

@@ -18,11 +18,11 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from codecue import __version__ as codecue_version
+from codecue.document import DocumentStore
 from codecue.errors import CodeCueError
 from codecue.models.config import ModelConfig
 from codecue.server import inline_completion, lifecycle, stats, text_sync
 from codecue.server.context_hooks import ContextHooks
-from codecue.server.documents import DocumentStore
 from codecue.server.inline_completion import InlineCompletions
 from codecue.server.jsonrpc import REQUEST_FAILED, MsgId
 from codecue.server.options import ServerOptions
@@ -53,7 +53,7 @@ class CodeCueProtocol(LanguageServerProtocol):
 
     - positions are always UTF-16 (what the protocol defaults to, and what our arithmetic uses), even if
       the client offers others;
-    - documents live in our own store (:mod:`codecue.server.documents`), not also in pygls' workspace;
+    - documents live in our own store (:mod:`codecue.document`), not also in pygls' workspace;
     - ``exit`` ends this session, not the process (the daemon serves other sessions);
     - a watchdog answers a request whose handler overruns its time (see :meth:`watch`).
     """

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from codecue.server.documents import PositionError
+from codecue.document import PositionError
 
 if TYPE_CHECKING:
     from codecue.server.session import CodeCueServer
@@ -48,13 +48,19 @@ def apply_change(server: CodeCueServer, params: types.DidChangeTextDocumentParam
                 continue  # edits relative to text we do not have; wait for a full update
             r = change.range
             try:
-                doc.apply_range_change((r.start.line, r.start.character), (r.end.line, r.end.character), change.text)
+                start, end = doc.apply_range_change(
+                    (r.start.line, r.start.character), (r.end.line, r.end.character), change.text
+                )
             except PositionError as exc:
                 log.warning("didChange for %s: %s; the document is out of sync until the next full update",
                             uri, exc)
                 server.warn_once(f"sync:{uri}", f"CodeCue: lost track of {uri} ({exc}); suggestions pause "
                                  "there until the editor sends the whole document again")
                 break
+            # The cursor context mirrors the change as the store applied it: clamped and in order.
+            change = types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(*start), types.Position(*end)), text=change.text
+            )
         else:
             doc.replace_all(change.text)
         server.hooks.changed(uri, change, doc.text)

@@ -62,7 +62,6 @@ class GenerationJob:
     temperature: float = 0.0
     k: int | None = None
     stop_predicate: Callable[[str], int | None] | None = None
-    k_for_round: Callable[[int, Any], int] | None = None
     on_round: Callable[[RoundRecord], None] | None = None
     on_text: Callable[[str], None] | None = None
     label: str = ""  # for logs
@@ -341,7 +340,6 @@ class ModelWorker:
                     stop_predicate=job.stop_predicate,
                     on_text=job.on_text,
                     cancelled=job.poll_cancelled,
-                    k_for_round=job.k_for_round,
                     on_round=job.on_round,
                 )
                 self.generations += 1

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from codecue.engine.rounds import MODEL, RoundRecord
+from codecue.engine.rounds import DraftSource, RoundRecord
 
 DEFAULT_K_MAX = 12
 
@@ -113,7 +113,7 @@ def replay_round(record: RoundRecord, k: int, costs: CostModel) -> tuple[int, fl
     tokens = record.accepted + 1
     if k <= 0:
         return tokens, float(tokens)
-    step = costs.draft_cost if record.source == MODEL else 0.0
+    step = costs.draft_cost if record.source == DraftSource.MODEL else 0.0
     done, cost = 0, 0.0
     while done < tokens:
         left = record.drafted - done

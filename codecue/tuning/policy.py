@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from codecue.context.languages import get_grammar
-from codecue.engine.rounds import MODEL, RoundRecord
+from codecue.engine.rounds import DraftSource, RoundRecord
 from codecue.errors import CodeCueError
 from codecue.tuning.k_choice import (
     DEFAULT_K_MAX,
@@ -227,7 +227,7 @@ class KPolicy:
             return self._state(language, context_class).k
 
     def observe(self, language: str, context_class: str, drafted: int, accepted: int, k: int | None = None,
-                source: str = MODEL) -> None:
+                source: DraftSource = DraftSource.MODEL) -> None:
         """Report one verification round: ``drafted`` tokens proposed (asked for up to ``k``, by default
         ``drafted``) by ``source``, the first ``accepted`` kept. (RoundRecord validates the counts.)"""
         self.observe_round(language, context_class, RoundRecord(drafted, accepted, drafted if k is None else k, source))

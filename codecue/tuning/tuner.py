@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from codecue.engine.rounds import MODEL, RoundJoiner, RoundRecord
+from codecue.engine.rounds import DraftSource, RoundJoiner, RoundRecord
 from codecue.tuning.k_choice import (
     DEFAULT_K_MAX,
     CostModel,
@@ -58,7 +58,9 @@ class Tally:
         self.rejections += 1 if record.accepted < record.drafted else 0
         self.records[record] += 1
 
-    def add_round(self, drafted: int, accepted: int, k: int | None = None, source: str = MODEL) -> None:
+    def add_round(
+        self, drafted: int, accepted: int, k: int | None = None, source: DraftSource = DraftSource.MODEL
+    ) -> None:
         """Count one round given by its numbers (RoundRecord validates them)."""
         self.add(RoundRecord(drafted, accepted, drafted if k is None else k, source))
 

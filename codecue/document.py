@@ -1,19 +1,21 @@
-"""The open documents, and LSP position arithmetic (lines and UTF-16 code units).
+"""Open documents and LSP positions (0-based line, UTF-16 code unit): the one implementation.
 
-Why not pygls' workspace: it splits lines with ``str.splitlines``, which also breaks on form feeds and
-``\\u2028`` (common in C and Python sources) where LSP does not, and it clamps every bad position silently.
-Here a line ends at ``\\n`` (a ``\\r`` before it belongs to the line break), as in
-:func:`codecue.engine.fim.split_at`, and a request's position must exist in the document.
+The language server keeps its documents here and applies every ``didChange`` here; the cursor context
+(:mod:`codecue.context.positions`) converts positions to tree-sitter bytes with :func:`utf16_to_index`,
+and the prompt builder's callers split a text at a position with :func:`split_at`.
+
+A line ends at ``\\n``; a ``\\r`` before it belongs to the line break, so a position never falls between
+them; form feeds and ``\\u2028`` are not line breaks (pygls' workspace splits with ``str.splitlines``,
+which breaks there, and clamps every bad position silently: hence this store). A position a request
+names must exist; an edit's position is clamped as LSP says for edits.
 """
 
 from __future__ import annotations
 
-import logging
 import re
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-
-log = logging.getLogger(__name__)
 
 # Documents above this size are tracked but not completed: every keystroke would cost a copy of them,
 # and a file this big is generated or data, not something typed.
@@ -26,31 +28,35 @@ class PositionError(ValueError):
     """A position that does not exist in the document (past the end, or inside a surrogate pair)."""
 
 
-def utf16_to_index(line: str, character: int) -> int:
-    """The string index of a UTF-16 offset into ``line``; PositionError if it is past the end or splits
-    a surrogate pair."""
+def utf16_length(text: str) -> int:
+    """The length of ``text`` in UTF-16 code units (characters above U+FFFF count twice)."""
+    return len(text) if text.isascii() else len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def utf16_to_index(text: str, character: int, line: int = 0) -> int:
+    """The string index of the UTF-16 offset ``character`` into the line ``text`` (line number ``line``,
+    for messages); PositionError if it is negative, past the end, or splits a surrogate pair."""
     if character < 0:
-        raise PositionError(f"character {character} is negative")
-    if line.isascii():
-        if character > len(line):
-            raise PositionError(f"character {character} is past the end of the line ({len(line)} UTF-16 units)")
+        raise PositionError(f"negative position (line {line}, character {character})")
+    if text.isascii():
+        if character > len(text):
+            raise PositionError(f"character {character} is past the end of line {line} ({len(text)} UTF-16 units)")
         return character
     index = 0
     units = 0
-    for ch in line:
+    for ch in text:
         if units >= character:
             break
         units += 2 if ord(ch) > 0xFFFF else 1
         index += 1
     if units < character:
-        raise PositionError(f"character {character} is past the end of the line ({units} UTF-16 units)")
+        raise PositionError(f"character {character} is past the end of line {line} ({units} UTF-16 units)")
     if units > character:
-        raise PositionError(f"character {character} splits a surrogate pair")
+        raise PositionError(
+            f"character {character} on line {line} splits a surrogate pair "
+            "(UTF-16 positions must fall between characters)"
+        )
     return index
-
-
-def utf16_length(text: str) -> int:
-    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF) if not text.isascii() else len(text)
 
 
 @dataclass
@@ -85,13 +91,10 @@ class Document:
     def offset_at(self, line: int, character: int) -> int:
         """The string index of an LSP position; PositionError if the position is not in the document."""
         if line < 0:
-            raise PositionError(f"line {line} is negative")
+            raise PositionError(f"negative position (line {line}, character {character})")
         if line >= self.line_count:
             raise PositionError(f"line {line} is past the end of the document ({self.line_count} lines)")
-        try:
-            return self.line_starts()[line] + utf16_to_index(self.line_text(line), character)
-        except PositionError as exc:
-            raise PositionError(f"{exc} (line {line})") from None
+        return self.line_starts()[line] + utf16_to_index(self.line_text(line), character, line)
 
     def clamped_offset(self, line: int, character: int) -> int:
         """As LSP says for edits: a character past the line's end means the end, a line past the document's
@@ -101,7 +104,13 @@ class Document:
         if line >= self.line_count:
             return len(self.text)
         text = self.line_text(line)
-        return self.line_starts()[line] + utf16_to_index(text, min(character, utf16_length(text)))
+        return self.line_starts()[line] + utf16_to_index(text, min(character, utf16_length(text)), line)
+
+    def position_at(self, offset: int) -> tuple[int, int]:
+        """The LSP (line, UTF-16 character) of a string index (the inverse of :meth:`offset_at`)."""
+        starts = self.line_starts()
+        line = bisect_right(starts, offset) - 1
+        return line, utf16_length(self.text[starts[line] : offset])
 
     def split(self, line: int, character: int) -> tuple[str, str]:
         offset = self.offset_at(line, character)
@@ -115,8 +124,11 @@ class Document:
         if version is not None:
             self.version = version
 
-    def apply_range_change(self, start: tuple[int, int], end: tuple[int, int], new_text: str) -> None:
-        """Apply one incremental change; PositionError (and the document marked out of sync) if its range
+    def apply_range_change(
+        self, start: tuple[int, int], end: tuple[int, int], new_text: str
+    ) -> tuple[tuple[int, int], tuple[int, int]]:
+        """Apply one incremental change and return the range it replaced, clamped and in order (positions
+        in the text before the change); PositionError (and the document marked out of sync) if its range
         cannot be located."""
         try:
             a = self.clamped_offset(*start)
@@ -126,8 +138,10 @@ class Document:
             raise
         if b < a:  # a reversed range: LSP ranges are start <= end, but be lenient about the order
             a, b = b, a
+        replaced = self.position_at(a), self.position_at(b)
         self.text = self.text[:a] + new_text + self.text[b:]
         self._line_starts = None
+        return replaced
 
     @property
     def completable(self) -> bool:
@@ -156,6 +170,11 @@ class DocumentStore:
 
     def close(self, uri: str) -> Document | None:
         return self._docs.pop(uri, None)
+
+
+def split_at(text: str, line: int, character: int) -> tuple[str, str]:
+    """``text`` split at an LSP position (PositionError if it is not in the text)."""
+    return Document("", "", 0, text).split(line, character)
 
 
 def typed_since(old_prefix: str, old_suffix: str, new_prefix: str, new_suffix: str) -> str | None:
