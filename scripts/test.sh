@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --no-demo
 export CODECUE_REQUIRE_REAL_MODELS=1  # the integration tests must run, not skip
+printf '\n== import layers (pyproject [tool.importlinter])\n'
+.venv/bin/lint-imports
 printf '\n== python tests\n'
 .venv/bin/python -m pytest -q -rs
 
