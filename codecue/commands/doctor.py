@@ -30,12 +30,13 @@ def _measure(candidate: Any, target: Any, args: argparse.Namespace) -> None:
 
     from codecue.commands.common import config_from_args
     from codecue.completion import Completer
-    from codecue.models.requantize import AS_IS, requantized
+    from codecue.models.requantize import AS_IS, derived_path, requantized
     from codecue.tuning.machine_costs import store_machine_costs
 
     target_file = str(target.path)
     if candidate.layout != AS_IS:
-        print(f"re-quantizing {target.path.name} to {candidate.layout} ...", file=sys.stderr, flush=True)
+        if not derived_path(target.path, candidate.layout).is_file():
+            print(f"re-quantizing {target.path.name} to {candidate.layout} ...", file=sys.stderr, flush=True)
         target_file = str(requantized(target.path, candidate.layout))
     config = replace(config_from_args(args), target=target_file, backend=candidate.backend,
                      draft_backend=candidate.draft_backend, draft_mode=candidate.draft_mode)
