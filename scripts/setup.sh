@@ -39,6 +39,10 @@ step "fetching the default models (target Qwen2.5-Coder-1.5B Q4_K_M, draft 0.5B 
 .venv/bin/codecue models pull
 
 if [ "$demo" = 1 ]; then
+  # What is fastest differs from one CPU to the next: measure the candidate configurations here (once;
+  # cached per CPU, runtime and model files), so the demo and the server serve by this machine's plan.
+  step "measuring this machine's runtime plan (codecue doctor --measure; a few minutes, once)"
+  .venv/bin/codecue doctor --measure
   step "a real completion: examples/stats.py, line 15, character 4"
   .venv/bin/codecue complete examples/stats.py --line 15 --character 4 --max-tokens 48
   echo
