@@ -188,18 +188,13 @@ class RemoteCompleter:
                     stop_reason = "stop"
                 elif event.finish_reason is not None:
                     stop_reason = "max_tokens" if event.finish_reason == "length" else "eos"
-                partial = stream.next_emit(final=cut is not None or ended)
-                if on_text is not None and partial is not None:
-                    on_text(partial)
+                stream.emit(on_text, final=cut is not None or ended)
                 if cut is not None or len(chunks) >= max_tokens:
                     break
         finally:
             response.close()  # a no-op when the server finished: the connection is kept for the next one
         t_end = time.perf_counter()
-        text = stream.final_text()
-        partial = stream.next_emit(final=True)
-        if on_text is not None and partial is not None:
-            on_text(partial)
+        text = stream.finish(on_text)
         stats.record_times(t_start, t_first, t_end, len(chunks))
         stats.prefilled_tokens = stats.prompt_tokens  # the server's prefix cache is not visible from here
         # Token ids of the text in the local tokenizer: the server sends text, not ids.

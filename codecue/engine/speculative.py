@@ -180,9 +180,7 @@ def generate(
         if cut is not None:
             stream.cut(cut)
             stop_reason = "stop"
-        partial = stream.next_emit(final=cut is not None or hit_eos)
-        if on_text is not None and partial is not None:
-            on_text(partial)
+        stream.emit(on_text, final=cut is not None or hit_eos)
         if cut is not None:
             break
         if hit_eos:
@@ -190,9 +188,6 @@ def generate(
             break
 
     t_end = time.perf_counter()
-    text = stream.final_text()
-    partial = stream.next_emit(final=True)
-    if on_text is not None and partial is not None:
-        on_text(partial)
+    text = stream.finish(on_text)
     stats.record_times(t_start, t_first, t_end, len(generated))
     return GenerationResult(tokens=generated, text=text, stop_reason=stop_reason, stats=stats)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+TextCallback = Callable[[str], None]
+
 REPLACEMENT = "\ufffd"
 
 
@@ -48,3 +50,14 @@ class TextStream:
             self.emitted = candidate
             return candidate
         return None
+
+    def emit(self, on_text: TextCallback | None, final: bool = False) -> None:
+        """Pass the text to stream now (if any) to ``on_text``."""
+        partial = self.next_emit(final)
+        if on_text is not None and partial is not None:
+            on_text(partial)
+
+    def finish(self, on_text: TextCallback | None) -> str:
+        """Stream the rest and return the final text."""
+        self.emit(on_text, final=True)
+        return self.final_text()
