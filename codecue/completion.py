@@ -135,8 +135,10 @@ class Completer:
         config.validate()
         target_src = resolve_model(config.target, "target")
         if config.backend == "auto" and config.draft_backend is None:
-            config = _apply_plan(config, target_src)
-            target_src = resolve_model(config.target, "target")
+            planned = _apply_plan(config, target_src)
+            if planned.target != config.target:  # the plan serves a layout made here
+                target_src = resolve_model(planned.target, "target")
+            config = planned
         need_draft = config.draft_mode in ("hybrid", "model")
         draft_src = resolve_model(config.draft, "draft") if need_draft else None
         if draft_src is not None:
