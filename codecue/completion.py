@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -15,8 +16,8 @@ from typing import Any
 import torch
 
 from codecue.backends import CachedSequence, create_backend
-from codecue.backends.base import Backend, GPUOutOfMemory
-from codecue.engine.fim import PromptBudget, build_fim_prompt
+from codecue.backends.base import Backend, GPUOutOfMemory, common_prefix_length
+from codecue.engine.fim import PromptBudget, build_fim_prompt, prompt_within
 from codecue.engine.proposers import (
     DraftModelProposer,
     HybridProposer,
@@ -117,6 +118,7 @@ class Completer:
             draft.restrict_vocab(self.draft_vocab_map.tolist())
         self.lock = threading.Lock()
         self.names = names
+        self.prefill_ms_per_token: float | None = None  # seen on this machine's prompts (build_prompt)
 
     @property
     def runtime(self) -> str:
@@ -166,8 +168,34 @@ class Completer:
                                                             str(draft_src.path) if draft_src else None))
 
     # -- prompts -------------------------------------------------------------------------------------
-    def build_prompt(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = ()) -> list[int]:
-        return build_fim_prompt(self.tokenizer, prefix, suffix, self.budget, extra_context)
+    def build_prompt(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
+                     path: str | None = None, full: bool = False) -> list[int]:
+        """The FIM prompt for this cursor: unless ``full``, within :meth:`fresh_token_limit` new tokens
+        where the cache does not hold this place (:func:`~codecue.engine.fim.prompt_within`)."""
+        def build(budget: PromptBudget) -> list[int]:
+            return build_fim_prompt(self.tokenizer, prefix, suffix, budget, extra_context, path=path)
+
+        return prompt_within(build, self.budget, self.target.tokens, None if full else self.fresh_token_limit())
+
+    def uncached(self, prompt: Sequence[int]) -> int:
+        """How many tokens of ``prompt`` the target would evaluate (its KV cache holds the rest)."""
+        return len(prompt) - common_prefix_length(self.target.tokens, prompt)
+
+    def fresh_token_limit(self) -> int | None:
+        """Prompt tokens this machine evaluates within the budget's ``first_text_ms``, from the prefill
+        speed seen on its own prompts; None before one was seen, or without a limit."""
+        if not self.budget.first_text_ms or self.prefill_ms_per_token is None:
+            return None
+        return max(32, int(self.budget.first_text_ms / self.prefill_ms_per_token))
+
+    def _note_prefill(self, tokens: int, ms: float, at_least: int = 64) -> None:
+        """Follow the prefill speed (a moving average: machines drift) from a prefill of ``tokens`` that
+        took ``ms``; fewer than ``at_least`` tokens time the fixed costs around it, not the prefill."""
+        if tokens < at_least or ms <= 0:
+            return
+        sample = ms / tokens
+        old = self.prefill_ms_per_token
+        self.prefill_ms_per_token = sample if old is None else 0.5 * old + 0.5 * sample
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -221,6 +249,8 @@ class Completer:
             try:
                 result = run(proposer)
                 result.stats.runtime = self.runtime
+                # TTFT is the prefill and one decode step; the later steps' mean stands for that step.
+                self._note_prefill(result.stats.prefilled_tokens, result.stats.ttft_ms - result.stats.tpot_ms)
                 return result
             except GPUOutOfMemory as exc:
                 # Out of memory in the draft: drop the draft for good and answer without it.
@@ -234,8 +264,8 @@ class Completer:
                 return result
 
     def complete(self, prefix: str, suffix: str = "", *, extra_context: Sequence[tuple[str, str]] = (),
-                 **kwargs: Any) -> GenerationResult:
-        prompt = self.build_prompt(prefix, suffix, extra_context)
+                 path: str | None = None, **kwargs: Any) -> GenerationResult:
+        prompt = self.build_prompt(prefix, suffix, extra_context, path=path)
         return self.generate_ids(prompt, **kwargs)
 
     @property
@@ -257,6 +287,33 @@ class Completer:
         from codecue.tuning.machine_costs import measure_machine_costs, probe_text
 
         return measure_machine_costs(self, probe_text(), should_stop=should_stop)
+
+    def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = 16) -> int:
+        """Evaluate ``prompt`` into the target's KV cache ahead of a request, ``step`` tokens at a time,
+        checking ``cancelled`` between steps: a real request waits for one step at most. Returns how many
+        tokens were evaluated (what the cache did not hold already)."""
+        fed = 0
+        with self.lock:
+            have = common_prefix_length(self.target.tokens, prompt)
+            if have >= len(prompt):
+                return 0
+            for end in range(min(len(prompt), have + step), len(prompt) + step, step):
+                if cancelled is not None and cancelled():
+                    break
+                end = min(end, len(prompt))
+                before, started = self.target.fed_tokens, time.perf_counter()
+                self.target.sync(prompt[:end], 1)
+                fed += self.target.fed_tokens - before
+                self._note_prefill(self.target.fed_tokens - before, (time.perf_counter() - started) * 1e3,
+                                   at_least=step)  # a bare evaluation: nothing else is timed
+                if end == len(prompt):
+                    break
+        return fed
+
+    def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
+                     path: str | None = None, cancelled: Callable[[], bool] | None = None) -> int:
+        """:meth:`warm` for the prompt of this cursor position."""
+        return self.warm(self.build_prompt(prefix, suffix, extra_context, path=path, full=True), cancelled)
 
     def reset_caches(self) -> None:
         with self.lock:

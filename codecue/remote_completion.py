@@ -99,8 +99,9 @@ class RemoteCompleter:
         return cls(settings, load_tokenizer(source), budget, local_factory)
 
     # -- prompts -------------------------------------------------------------------------------------
-    def build_prompt_text(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = ()) -> str:
-        return build_fim_text(self.tokenizer, prefix, suffix, self.config.budget, extra_context)
+    def build_prompt_text(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (),
+                          path: str | None = None) -> str:
+        return build_fim_text(self.tokenizer, prefix, suffix, self.config.budget, extra_context, path=path)
 
     # -- completion ----------------------------------------------------------------------------------
     def complete(self, prefix: str, suffix: str = "", *, extra_context: Sequence[tuple[str, str]] = (),
@@ -108,7 +109,7 @@ class RemoteCompleter:
         """As :meth:`Completer.complete`; K arguments are used only by a local fallback."""
         if self.local_factory is not None and time.monotonic() < self._local_until:
             return self._local_completer().complete(prefix, suffix, extra_context=extra_context, **kwargs)
-        prompt = self.build_prompt_text(prefix, suffix, extra_context)
+        prompt = self.build_prompt_text(prefix, suffix, extra_context, path=kwargs.get("path"))
         on_text = kwargs.get("on_text")
         shown = {"text": ""}
 
@@ -208,6 +209,11 @@ class RemoteCompleter:
     @property
     def names(self) -> tuple[str, str | None]:
         return (self.settings.url, None)
+
+    def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
+                     path: str | None = None, cancelled: Any = None) -> int:
+        """Nothing to warm here: the server keeps its own prefix cache."""
+        return 0
 
     def measure_costs(self, should_stop: Any = None) -> None:
         """Nothing to measure here: the server's costs are its own business (no K policy applies)."""

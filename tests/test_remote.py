@@ -269,7 +269,7 @@ async def test_lsp_failures_each_give_one_message_and_the_next_request_works(fau
             fault.mode = "ok"
             client.insert("file:///a.txt", 3 + 2 * i, 2 + i, 0, "\n")
             ok = await asyncio.wait_for(client.complete("file:///a.txt", 3 + i, 0), E2E_TIMEOUT)
-            assert item_text(ok) == "    return a + b\n", (mode, ok)
+            assert item_text(ok) == "    return a + b", (mode, ok)  # the newline after it is the document's
         stats = await client.stats()
         assert stats["runtimes"]["remote"]["completions"] == len(cases) and stats["runtimes"]["remote"]["ttftMs"] > 0
         assert stats["session"]["lastGeneration"]["runtime"] == "remote"
@@ -326,7 +326,7 @@ async def test_lsp_superseded_request_closes_its_stream(fault, model_dir, tmp_pa
         client.insert("file:///a.txt", 2, 1, 0, "z")  # typed something the suggestion did not predict
         second = client.complete("file:///a.txt", 1, 1)
         assert item_text(await asyncio.wait_for(first, E2E_TIMEOUT)) == ""  # superseded: no items
-        assert item_text(await asyncio.wait_for(second, E2E_TIMEOUT)) == "    pass\n"
+        assert item_text(await asyncio.wait_for(second, E2E_TIMEOUT)) == "    pass"  # the newline is the document's
         assert wait_until(lambda: fault.streams[0].client_left, timeout=10)
         assert fault.streams[0].sent < 100 and not fault.streams[0].finished
         stats = await client.stats()

@@ -4,7 +4,8 @@ stopped after the module.
 
 The reference is the server's own non-streamed completion of the prompt CodeCue renders (greedy, same
 max tokens, same stop list). CodeCue then applies its own stop rule on top (a blank line ends a plaintext
-suggestion), so the expected text is the reference cut by that rule. Before each of the two requests
+suggestion) and tidies it as every completion is (no half line at the token limit), so the expected text is
+the reference cut and tidied the same way. Before each of the two requests
 the server's cache is flushed with an unrelated prompt: llama-cpp-python reuses the common prefix of the
 last prompt, and re-evaluating only the last token instead of the whole prompt can round differently.
 """
@@ -25,6 +26,7 @@ import pytest
 from codecue.backends.remote import RemoteSettings
 from codecue.document import split_at
 from codecue.engine.fim import PromptBudget, build_fim_text
+from codecue.engine.postprocess import tidy_completion
 from codecue.remote_completion import request_body
 from codecue.server.context_hooks import blank_line_stop
 from codecue.server.prompt import stable_prefix
@@ -116,10 +118,14 @@ async def test_streamed_lsp_completion_equals_the_servers_own(llama_server, tmp_
     prompt = build_fim_text(load_tokenizer(target), stable_prefix(prefix, budget), suffix, budget)
     settings = RemoteSettings.load(url, table={})
     flush_cache(url)
-    reference = httpx.post(f"{url}/v1/completions", timeout=TIMEOUT, json=request_body(
-        settings, prompt, max_tokens=MAX_TOKENS, temperature=0.0, stream=False)).json()["choices"][0]["text"]
+    choice = httpx.post(f"{url}/v1/completions", timeout=TIMEOUT, json=request_body(
+        settings, prompt, max_tokens=MAX_TOKENS, temperature=0.0, stream=False)).json()["choices"][0]
+    reference = choice["text"]
     cut = blank_line_stop(reference)
     expected = reference if cut is None else reference[:cut]
+    # As shown: no repetition of the suffix, no half line left by the token limit.
+    stop_reason = "max_tokens" if cut is None and choice.get("finish_reason") == "length" else "eos"
+    expected = tidy_completion(expected, prefix, suffix, stop_reason)
     assert streamed == expected and streamed.strip()
     assert partials, "no partial notifications were streamed"
     assert all(streamed.startswith(p) for p in partials)

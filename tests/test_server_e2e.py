@@ -203,9 +203,12 @@ def completer(make_completer):
 
 def expected_text(completer, text: str, line: int, character: int, max_tokens: int) -> str:
     from codecue.document import split_at
+    from codecue.engine.postprocess import combine_stops, suffix_repeat_stop, tidy_completion
 
     prefix, suffix = split_at(text, line, character)
-    return completer.complete(prefix, suffix, max_tokens=max_tokens, stop_predicate=blank_line_stop).text
+    stop = combine_stops(blank_line_stop, suffix_repeat_stop(prefix, suffix))
+    result = completer.complete(prefix, suffix, max_tokens=max_tokens, stop_predicate=stop)
+    return tidy_completion(result.text, prefix, suffix, result.stop_reason)
 
 
 # -- the main path, with pytest-lsp's client ------------------------------------------------------------------
@@ -267,7 +270,9 @@ async def test_inline_completion_matches_codecue_complete_and_streams(model_dir,
         for answer in (stats, same):
             plain = answer["languages"]["plaintext"]
             assert plain["completions"] == 1 and plain["speculation"] is True
-            assert plain["acceptanceRate"] > 0.5  # the draft is the target itself
+            # The draft is the target itself, so its drafts are all accepted; hybrid drafting also tries
+            # free n-gram guesses from the prompt first, which a random tiny model often rejects.
+            assert plain["acceptanceRate"] > 0.3
             assert set(plain) >= {"completions", "acceptanceRate", "ttftMs", "tpotMs", "tokensPerSecond", "speculation"}
             assert answer["total"]["completions"] == 1
         await asyncio.wait_for(client.shutdown_session(), TIMEOUT)
@@ -657,3 +662,33 @@ async def test_real_models_over_stdio(real_models, tmp_path):
         await client.kill()
         subprocess.run([sys.executable, "-m", "codecue.cli", "daemon", "stop"], env=env, timeout=TIMEOUT,
                        capture_output=True)
+
+
+async def test_accepting_a_suggestion_prefetches_the_next_one(fast_server, completer):
+    """Inserting the whole suggestion (the editor's accept) starts the next generation at once, in the
+    background; the request that follows at the new cursor is answered by it, not by a new one."""
+    client = fast_server
+    uri = "file:///accept.txt"
+    client.open(uri, DOC)
+    try:
+        first = item_text(await client.complete(uri, *END))
+        assert first
+        before = await client.stats()
+        client.insert(uri, 2, END[0], END[1], first)
+        now = before
+        for _ in range(400):  # bounded: at most ~20 s for the prefetch to finish
+            now = await client.stats()
+            if now["worker"]["generations"] > before["worker"]["generations"]:
+                break
+            await asyncio.sleep(0.05)
+        assert now["session"]["prefetched"] == before["session"]["prefetched"] + 1
+        text_now = DOC.replace("dog", "dog" + first)
+        cursor = text_now.index("dog") + 3 + len(first)
+        line = text_now.count("\n", 0, cursor)
+        character = utf16_len(text_now[text_now.rfind("\n", 0, cursor) + 1: cursor])
+        got = item_text(await client.complete(uri, line, character))
+        assert got == expected_text(completer, text_now, line, character, max_tokens=16)
+        after = await client.stats()
+        assert after["worker"]["generations"] == before["worker"]["generations"] + 1  # only the prefetch ran
+    finally:
+        client.close(uri)

@@ -181,10 +181,12 @@ def test_tune_cli_end_to_end_on_tiny_models(tiny_dirs, tmp_path: Path, monkeypat
     (corpus / "notes.txt").write_text("not code")
     output = tmp_path / "profile.toml"
     measurements = tmp_path / "measurements.json"
+    # The draft is the target with its full vocabulary (the code-only head could not propose the random
+    # model's control characters), so every drafted token must be accepted.
     args = [
         "tune", "--corpus", str(corpus), "--languages", "python", "--target", str(tiny_dirs["target"]),
         "--draft", str(tiny_dirs["target"]), "--backend", "torch", "--dtype", "float32", "--per-class", "1",
-        "--max-tokens", "4", "--k", "2", "--k-max", "4", "--min-rounds", "1", "--min-confidence", "0",
+        "--max-tokens", "4", "--k", "2", "--k-max", "4", "--min-rounds", "1", "--min-confidence", "0", "--draft-vocab", "full",
         "--output", str(output), "--measurements", str(measurements),
     ]
     assert main(args) == 0

@@ -32,6 +32,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"methods to run (default: {' '.join(DEFAULT_METHODS)})")
     parser.add_argument("--json", dest="json_out", type=Path, help="write every run and the summary here")
     parser.add_argument("--plot", type=Path, help="draw a PNG of speedups per language")
+    parser.add_argument("--quality", action="store_true",
+                        help="completion quality on held-out multi-file projects: exact match, edit similarity, "
+                             "suffix repetition, stops, per prompt layout and context, and a llama.vim-style peer")
+    parser.add_argument("--variants", nargs="+", default=None,
+                        help="--quality: prompt variants LAYOUT/CONTEXT (psm|psm-mid|spm / none|heads|chunks) "
+                             "or llama.vim")
+    parser.add_argument("--per-language", type=int, default=26, help="--quality: points per language")
+    parser.add_argument("--line-start-only", action="store_true",
+                        help="--quality: every point at its line's indentation (default: every other point "
+                             "has the first words of its line typed)")
+    parser.add_argument("--prompt-cost", nargs="+", type=Path, metavar="FILE",
+                        help="prompt tokens evaluated per keystroke and per Enter at a new place, per prompt layout "
+                             "(the real tokenizer, no model run)")
+    parser.add_argument("--layouts", nargs="+", metavar="LAYOUT[:full]",
+                        help="--replay, --prompt-cost: compare these prompt layouts (psm, psm-mid, spm), typing and "
+                             "Enter at new places; LAYOUT:full always sends the full prompt (no shorter first "
+                             "prompt)")
+    parser.add_argument("--first-tokens", type=int, default=96,
+                        help="--prompt-cost, --quality: new prompt tokens allowed at a place the cache does not "
+                             "hold (the server derives it from its measured prefill speed; 96 ~ 600 ms on 2 cores)")
+    parser.add_argument("--interval-ms", type=float, default=150.0,
+                        help="--replay: time between typed characters (a slower typist sees slower suggestions)")
+    parser.add_argument("--enter-places", type=int, default=6, help="--replay --layouts: places to press Enter at")
     parser.add_argument("--replay", type=Path, help="keystroke-replay benchmark of the language server on FILE")
     parser.add_argument("--backends", nargs="+", metavar="TARGET[+DRAFT]",
                         help="run the engine methods on each of these backends in the same run; "
@@ -182,6 +205,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.replay:
         return run_replay(args)
+    if args.prompt_cost:
+        return run_prompt_cost(args)
+    if args.quality:
+        return run_quality(args)
     methods = args.methods or (QUICK_METHODS if args.quick else DEFAULT_METHODS)
     if args.k_compare:
         if any(not 1 <= k <= 64 for k in args.k_compare):
@@ -388,12 +415,70 @@ def _cpu_count() -> int:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    """``codecue bench --replay FILE``: reuse on and off side by side, with the bench's model options."""
-    from codecue.paths import atomic_write_text
-    from codecue.server.replay import format_pair, run_replay_pair
+    """``codecue bench --replay FILE``: with ``--layouts``, each prompt layout side by side on one loaded
+    model pair (typing, and Enter at new places after a pause); else reuse on and off side by side."""
+    from codecue.server.replay import format_layouts, format_pair, run_layout_comparison, run_replay_pair
 
-    report = run_replay_pair(args.replay, config_from_args(args), max_tokens=args.max_tokens)
-    print(format_pair(report))
-    if args.json_out:
-        atomic_write_text(args.json_out, json.dumps(report, indent=2))
+    config = config_from_args(args)
+    if args.layouts:
+        report = run_layout_comparison(args.replay, config, args.layouts, max_tokens=args.max_tokens,
+                                       places=args.enter_places, interval_ms=args.interval_ms)
+        print(format_layouts(report))
+    else:
+        report = run_replay_pair(args.replay, config, max_tokens=args.max_tokens)
+        print(format_pair(report))
+    _write_json(args.json_out, report)
     return 0
+
+
+def run_prompt_cost(args: argparse.Namespace) -> int:
+    """``codecue bench --prompt-cost FILE...``: prompt tokens per keystroke for each layout (no model run)."""
+    from codecue.bench.prompt_cost import format_costs, prompt_costs
+    from codecue.models.resolve import resolve_model
+    from codecue.models.tokenizer import load_tokenizer
+
+    settings = args.layouts or ("psm", "psm:full", "psm-mid", "psm-mid:full", "spm")
+    rows = prompt_costs(load_tokenizer(resolve_model(args.target, "target")), args.prompt_cost, settings,
+                        first_tokens=args.first_tokens)
+    print(format_costs(rows))
+    _write_json(args.json_out, rows)
+    return 0
+
+
+def run_quality(args: argparse.Namespace) -> int:
+    """``codecue bench --quality``: every variant over the held-out project points, one model load."""
+    from dataclasses import asdict
+
+    from codecue.bench import quality
+    from codecue.completion import Completer
+
+    points = quality.select_points(quality.project_points(languages=args.languages), args.per_language,
+                                   typed=not args.line_start_only)
+    names = args.variants or quality.DEFAULT_VARIANTS
+    config = config_from_args(args)
+    config.draft_mode = "none"  # greedy target-only: the output is what any K would give
+    started = time.perf_counter()
+    completer = Completer.load(config)
+    print(f"{len(points)} points ({sum(p.cross_file for p in points)} cross-file, "
+          f"{len({p.language for p in points})} languages) x {len(names)} variants on {completer.runtime}",
+          file=sys.stderr)
+    records: list = []
+
+    def save(record: quality.QualityRecord) -> None:  # after every point: a long run keeps what it measured
+        records.append(record)
+        _write_json(args.json_out, {"summary": quality.summarise(records), "budget": quality.QUALITY_BUDGET,
+                                    "max_tokens": args.max_tokens, "records": [asdict(r) for r in records]})
+
+    quality.run_quality(completer, points, names, max_tokens=args.max_tokens,
+                        progress=lambda m: print(m, file=sys.stderr, flush=True), on_record=save,
+                        first_tokens=args.first_tokens)
+    print(quality.format_summary(quality.summarise(records)))
+    print(f"({(time.perf_counter() - started) / 60:.1f} minutes)")
+    return 0
+
+
+def _write_json(path: Path | None, data: Any) -> None:
+    if path:
+        from codecue.paths import atomic_write_text
+
+        atomic_write_text(path, json.dumps(data, indent=1))

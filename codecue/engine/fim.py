@@ -3,31 +3,83 @@
 The prompt keeps the end of the prefix and the start of the suffix within a token budget. The prefix is
 cut at a line boundary that moves in steps of ``anchor_lines`` lines, so that while the user types, the
 prompt's beginning stays put and the KV cache's common prefix with the last request stays long.
+
+Context from other files comes first, in Qwen2.5-Coder's repository format (``<|repo_name|>`` then one
+``<|file_sep|>path`` entry per chunk, then the current file's entry holding the FIM part), so that it is
+cached once and survives typing in the current file. The FIM part has one of three layouts:
+
+- ``psm``: ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` — a keystroke at the cursor changes the
+  end of P, so the whole suffix is evaluated again;
+- ``psm-mid`` (llama.vim's): ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>L`` where L is the cursor
+  line up to the cursor and P ends at that line's start: typing within a line only appends to L, and the
+  suffix stays cached until the cursor changes line. While the line holds only indentation, it is PSM;
+- ``spm``: ``<|fim_suffix|>S<|fim_prefix|>P<|fim_middle|>`` — typing only appends to P, but the model
+  was trained mostly on PSM.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from codecue.backends.base import common_prefix_length
 
 FIM_PREFIX = "<|fim_prefix|>"
 FIM_SUFFIX = "<|fim_suffix|>"
 FIM_MIDDLE = "<|fim_middle|>"
 FILE_SEP = "<|file_sep|>"
+REPO_NAME = "<|repo_name|>"
+LAYOUTS = ("psm", "psm-mid", "spm")
+DEFAULT_LAYOUT = "psm-mid"
 
 
 @dataclass(frozen=True)
 class PromptBudget:
-    total: int = 1536  # tokens for prefix + suffix + extra context
+    total: int = 1536  # tokens for prefix + suffix + extra context (the extra part is kept for context only)
     suffix: int = 128  # the suffix is re-evaluated on every keystroke: keep it short
     extra: int = 256  # other open documents
     anchor_lines: int = 32
+    layout: str = DEFAULT_LAYOUT  # one of LAYOUTS: where the suffix and the cursor line go
+    # At a place the KV cache does not hold, evaluate no more prompt than this machine does in this long
+    # before the first text (a shorter window, see :func:`shorter_budgets`); idle time warms the full
+    # prompt. 0: always the full prompt.
+    first_text_ms: int = 600
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"unknown prompt layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
 
     @classmethod
     def for_benchmark(cls, total: int) -> PromptBudget:
         """A budget of ``total`` tokens for measuring (bench, tune): a quarter at most, and at most 128, for
         the suffix; no other documents."""
-        return cls(total=total, suffix=min(128, total // 4), extra=0)
+        return cls(total=total, suffix=min(128, total // 4), extra=0, layout="psm", first_text_ms=0)
+
+
+def shorter_budgets(budget: PromptBudget, tokens: int) -> list[PromptBudget]:
+    """Budgets whose prompt has about ``tokens`` tokens beyond the project context, for a place the cache
+    does not hold: the same context with a window of ``tokens`` around the cursor (the context is often
+    cached already), then the window alone. Their prefix moves in steps of 8 lines, not 32: a short window
+    must not shrink to a few lines after each anchor."""
+    suffix = min(budget.suffix, max(8, tokens // 4))
+    window = replace(budget, total=budget.extra + tokens, suffix=suffix, anchor_lines=min(8, budget.anchor_lines))
+    return [window, replace(window, total=tokens, extra=0)]
+
+
+def prompt_within(build: Callable[[PromptBudget], list[int]], budget: PromptBudget, cached: Sequence[int],
+                  limit: int | None) -> list[int]:
+    """The prompt to send when the cache holds ``cached``: the full one (``build(budget)``) when it
+    evaluates at most ``limit`` new tokens (or there is no limit), else the first of
+    :func:`shorter_budgets` that does, else the one with the fewest new tokens."""
+    def new_tokens(prompt: list[int]) -> int:
+        return len(prompt) - common_prefix_length(cached, prompt)
+
+    prompt = build(budget)
+    if limit is None or new_tokens(prompt) <= limit:
+        return prompt
+    candidates = [prompt] + [build(b) for b in shorter_budgets(budget, limit)]
+    fitting = [p for p in candidates if new_tokens(p) <= limit]
+    return fitting[0] if fitting else min(candidates, key=new_tokens)
 
 
 def _token_count(tokenizer, text: str) -> int:
@@ -78,32 +130,87 @@ def trim_suffix(tokenizer, suffix: str, budget: int) -> str:
     return text[: cut + 1] if cut > 0 else text
 
 
+def render_context(tokenizer, extra_context: Sequence[tuple[str, str]], budget: int,
+                   repo_name: str = "project") -> tuple[str, int]:
+    """``<|repo_name|>`` and one ``<|file_sep|>path`` entry per (path, text) pair, within ``budget`` tokens;
+    returns the text and its token count. A chunk that does not fit whole keeps its first lines (the
+    chunks before it are unchanged, so their cache survives)."""
+    if budget <= 0 or not extra_context:
+        return "", 0
+    header = f"{REPO_NAME}{repo_name}\n"
+    used = _token_count(tokenizer, header)
+    parts = []
+    for path, text in extra_context:
+        entry_head = f"{FILE_SEP}{path}\n"
+        room = budget - used - _token_count(tokenizer, entry_head) - 1  # the closing newline
+        if room <= 0:
+            break
+        body = _head_within(tokenizer, text.rstrip("\n"), room)
+        if not body:
+            break
+        entry = f"{entry_head}{body}\n"
+        parts.append(entry)
+        used += _token_count(tokenizer, entry)
+    if not parts:
+        return "", 0
+    return header + "".join(parts), used
+
+
+def _head_within(tokenizer, text: str, budget: int) -> str:
+    """The longest run of whole first lines of ``text`` within ``budget`` tokens."""
+    if _token_count(tokenizer, text) <= budget:
+        return text
+    lines = text.split("\n")
+    lo, hi = 0, len(lines)
+    while lo < hi:  # the largest n with lines[:n] fitting
+        mid = (lo + hi + 1) // 2
+        if _token_count(tokenizer, "\n".join(lines[:mid])) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return "\n".join(lines[:lo])
+
+
 def build_fim_text(
     tokenizer,
     prefix: str,
     suffix: str,
     budget: PromptBudget = PromptBudget(),
     extra_context: Sequence[tuple[str, str]] = (),
+    *,
+    path: str | None = None,
 ) -> str:
-    """The prompt as text (special tokens spelled out); ``extra_context`` is (path, text) pairs."""
-    extra_parts = []
-    extra_left = budget.extra
-    for path, text in extra_context:
-        if extra_left <= 0:
-            break
-        snippet = trim_prefix(tokenizer, text, extra_left, budget.anchor_lines)
-        extra_left -= _token_count(tokenizer, snippet)
-        if snippet:
-            extra_parts.append(f"{FILE_SEP}{path}\n{snippet}\n")
-    used_extra = budget.extra - extra_left
+    """The prompt as text (special tokens spelled out); ``extra_context`` is (path, text) pairs from other
+    files, ``path`` the current file's name (shown to the model when there is context)."""
+    context_text, used_extra = render_context(tokenizer, extra_context, budget.extra)
+    if context_text:
+        context_text += f"{FILE_SEP}{path or 'current'}\n"
+        used_extra += _token_count(tokenizer, f"{FILE_SEP}{path or 'current'}\n")
     suffix_text = trim_suffix(tokenizer, suffix, budget.suffix)
-    prefix_budget = budget.total - used_extra - _token_count(tokenizer, suffix_text)
+    # The window around the cursor never takes the context's tokens, even when there is little context:
+    # its start then depends on the cursor alone, and context turning over does not move it (the cache
+    # keeps it), nor does a file with no neighbours get a longer prompt than one with them.
+    prefix_budget = budget.total - max(budget.extra, used_extra) - _token_count(tokenizer, suffix_text)
+    if budget.layout == "psm-mid":
+        head_end = prefix.rfind("\n") + 1
+        line_head = prefix[head_end:]
+        line_tokens = _token_count(tokenizer, line_head)
+        # Only indentation so far: it stays in the prefix, as in PSM. After <|fim_middle|> the model
+        # would read it as a separate token and add a space of its own (" return" after 8 spaces), so
+        # the cursor's line moves behind <|fim_middle|> once it has code; that costs the suffix once
+        # per line, not once per keystroke.
+        if line_head.strip() and line_tokens < prefix_budget // 2:  # a huge cursor line: plain PSM
+            prefix_text = trim_prefix(tokenizer, prefix[:head_end], prefix_budget - line_tokens,
+                                      budget.anchor_lines)
+            return f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}{line_head}"
     prefix_text = trim_prefix(tokenizer, prefix, prefix_budget, budget.anchor_lines)
-    return "".join(extra_parts) + f"{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}"
+    if budget.layout == "spm":
+        return f"{context_text}{FIM_SUFFIX}{suffix_text}{FIM_PREFIX}{prefix_text}{FIM_MIDDLE}"
+    return f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}"
 
 
 def build_fim_prompt(tokenizer, prefix: str, suffix: str, budget: PromptBudget = PromptBudget(),
-                     extra_context: Sequence[tuple[str, str]] = ()) -> list[int]:
-    text = build_fim_text(tokenizer, prefix, suffix, budget, extra_context)
+                     extra_context: Sequence[tuple[str, str]] = (), *, path: str | None = None) -> list[int]:
+    text = build_fim_text(tokenizer, prefix, suffix, budget, extra_context, path=path)
     return tokenizer.encode(text, add_special_tokens=False)
 

@@ -31,8 +31,9 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from codecue.document import PositionError, typed_since
+from codecue.engine.postprocess import combine_stops, suffix_repeat_stop
 from codecue.server.context_hooks import CursorInfo
-from codecue.server.prompt import extra_context
+from codecue.server.prompt import project_context, uri_to_path
 from codecue.server.stats import CancelRecord
 from codecue.server.streaming import partial_params, send_partial
 from codecue.server.worker import GenerationJob
@@ -111,6 +112,7 @@ class InlineCompletions:
     def __init__(self, server: CodeCueServer) -> None:
         self.server = server
         self.active: dict[str, Generation] = {}
+        self.warming: GenerationJob | None = None
 
     # -- entry point ---------------------------------------------------------------------------------
     def snapshot(self, params: types.InlineCompletionParams, request_id: int | str | None) -> CompletionRequest | None:
@@ -166,12 +168,16 @@ class InlineCompletions:
         return await self._subscribe(gen, request, "")
 
     # -- generations ---------------------------------------------------------------------------------
-    def _start(self, gen: Generation, request: CompletionRequest) -> None:
+    def _context(self, uri: str, language_id: str, prefix: str, suffix: str) -> list[tuple[str, str]]:
+        server = self.server
+        return project_context(server.chunks, server.documents, uri, language_id, prefix, suffix,
+                               server.prompt_budget)
+
+    def _start(self, gen: Generation, request: CompletionRequest, background: bool = False) -> None:
         if gen.state != "pending":
             return
         server = self.server
         loop = asyncio.get_running_loop()
-        others = ((d.uri, d.language_id, d.text) for d in server.documents if d.completable)
         info = gen.info
 
         def on_text(text: str) -> None:  # worker thread
@@ -181,11 +187,14 @@ class InlineCompletions:
             model=server.model_config,
             prefix=request.prefix,
             suffix=request.suffix,
-            extra_context=extra_context(others, request.uri, request.language_id),
+            extra_context=self._context(request.uri, request.language_id, request.prefix, request.suffix),
+            path=uri_to_path(request.uri),
+            background=background,
             max_tokens=server.options.max_tokens,
             temperature=server.options.temperature,
             k=server.hooks.k_for(info),
-            stop_predicate=server.hooks.stop_predicate(info),
+            stop_predicate=combine_stops(server.hooks.stop_predicate(info),
+                                         suffix_repeat_stop(request.prefix, request.suffix)),
             on_round=server.hooks.observer(info),
             on_text=on_text,
             label=f"{request.uri}@{request.version}",
@@ -213,6 +222,8 @@ class InlineCompletions:
             old.future.set_result(None)
         sub = Subscriber(request, expect, asyncio.get_running_loop().create_future())
         gen.subscriber = sub
+        if gen.job is not None:
+            gen.job.background = False  # prefetched work someone now waits for is real work
         if len(gen.text) > sub.offset and gen.text.startswith(expect):
             self._send(request, gen.text[sub.offset:], done=False)
         try:
@@ -316,6 +327,51 @@ class InlineCompletions:
     def _send(self, request: CompletionRequest, text: str, done: bool) -> None:
         send_partial(self.server, partial_params(request.uri, request.version, request.line, request.character,
                                                  text, done, request.request_id))
+
+    # -- work ahead ----------------------------------------------------------------------------------
+    def document_changed(self, uri: str) -> None:
+        """After a change: when it inserted the whole finished suggestion at its place (the user accepted
+        it), generate the next suggestion now, in the background, as llama.vim does. The next request
+        at the new cursor finds it done or running and joins it."""
+        gen = self.active.get(uri)
+        doc = self.server.documents.get(uri)
+        if gen is None or doc is None or gen.state != "done" or not gen.final or not doc.completable:
+            return
+        if doc.text != gen.prefix + gen.final + gen.suffix:
+            return
+        prefix = gen.prefix + gen.final
+        line = prefix.count("\n")
+        character = len(prefix[prefix.rfind("\n") + 1:].encode("utf-16-le")) // 2
+        request = CompletionRequest(None, uri, doc.version, line, character, prefix, gen.suffix, doc.language_id)
+        info = self.server.hooks.cursor(uri, doc.language_id, line, character)
+        info.language = gen.info.language
+        ahead = Generation(prefix, gen.suffix, info)
+        self.active[uri] = ahead
+        self.server.stats.prefetched += 1
+        self._start(ahead, request, background=True)
+
+    def warm(self, uri: str, line: int | None = None, character: int | None = None) -> None:
+        """Evaluate the prompt for a place in ``uri`` into the caches while the models are idle (a
+        document was opened, or the editor said the cursor moved): cancelled by any real request."""
+        server = self.server
+        doc = server.documents.get(uri)
+        if doc is None or not doc.completable or (uri in self.active and self.active[uri].live):
+            return
+        if server.worker.loaded != server.model_config:
+            return  # opening a file does not load the models; the first completion does
+        if line is None:
+            line, character = 0, 0
+        try:
+            prefix, suffix = doc.split(line, character or 0)
+        except PositionError:
+            return
+        if self.warming is not None:
+            self.warming.cancel()
+        self.warming = GenerationJob(model=server.model_config, prefix=prefix, suffix=suffix,
+                                     extra_context=self._context(uri, doc.language_id, prefix, suffix),
+                                     path=uri_to_path(uri),
+                                     background=True, warm_only=True, label=f"warm {uri}")
+        server.worker.submit(self.warming)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def forget(self, uri: str) -> None:

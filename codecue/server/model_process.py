@@ -111,6 +111,11 @@ def _child_main(conn: Connection, choice: ModelConfig, loader: str) -> None:
                 completer.reset_caches()
                 conn.send(("done", None))
                 continue
+            if command == "warm":
+                _, prefix, suffix, extra_context, path = message
+                conn.send(("done", completer.warm_context(prefix, suffix, extra_context, path=path,
+                                                          cancelled=lambda: ask("cancelled?"))))
+                continue
             if command == "measure":
                 conn.send(("done", completer.measure_costs(should_stop=lambda: ask("cancelled?"))))
                 continue
@@ -202,6 +207,11 @@ class CompleterProcess:
     def reset_caches(self) -> None:
         self._conn.send(("reset",))
         self._answer_until_done()
+
+    def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
+                     path: str | None = None, cancelled: Callable[[], bool] | None = None) -> int:
+        self._conn.send(("warm", prefix, suffix, tuple(extra_context), path))
+        return self._answer_until_done(cancelled=cancelled or (lambda: False))
 
     def measure_costs(self, should_stop: Callable[[], bool] | None = None) -> MachineCosts:
         self._conn.send(("measure",))

@@ -40,6 +40,7 @@ class ServerOptions:
     # The watchdog: a request not answered within this long gets RequestFailed. Generous by default: a
     # first completion loads the models, and a long prompt's prefill on a slow CPU takes tens of seconds.
     request_timeout_ms: int = 300_000
+    work_ahead: bool = True  # warm caches on open / cursor moves, prefetch after an accepted suggestion
     model: ModelOptions = field(default_factory=ModelOptions)
     token: str | None = None  # only for --tcp: the connection's shared secret (see docs/server.md)
 
@@ -65,7 +66,7 @@ def parse_options(raw: Any) -> tuple[ServerOptions, list[str]]:
         return defaults, [f"initializationOptions must be an object, got {type(raw).__name__}; using defaults"]
 
     values: dict[str, Any] = {}
-    known = {"maxTokens", "temperature", "languages", "debounceMs", "requestTimeoutMs", "model", "token"}
+    known = {"maxTokens", "temperature", "languages", "debounceMs", "requestTimeoutMs", "workAhead", "model", "token"}
     for key in raw:
         if key not in known:
             problems.append(f"unknown option {key!r} ignored (known: {', '.join(sorted(known - {'token'}))})")
@@ -101,6 +102,12 @@ def parse_options(raw: Any) -> tuple[ServerOptions, list[str]]:
         else:
             problems.append(f"requestTimeoutMs must be an integer from {MIN_REQUEST_TIMEOUT_MS} to "
                             f"{MAX_REQUEST_TIMEOUT_MS}, got {v!r}; using {defaults.request_timeout_ms}")
+    if "workAhead" in raw:
+        v = raw["workAhead"]
+        if isinstance(v, bool):
+            values["work_ahead"] = v
+        else:
+            problems.append(f"workAhead must be true or false, got {v!r}; using {defaults.work_ahead}")
 
     if "languages" in raw:
         v = raw["languages"]

@@ -11,8 +11,13 @@ only when the cursor has travelled a whole block.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
+from codecue.context.chunks import ChunkPool, query_around
 from codecue.engine.fim import PromptBudget
+
+if TYPE_CHECKING:
+    from codecue.document import DocumentStore
 
 # Generous characters per token for the cut: the engine trims to the exact token budget afterwards,
 # and it would cut from a moving start itself if given more than 8 characters per token.
@@ -54,6 +59,31 @@ def extra_context(documents: Iterable[tuple[str, str, str]], uri: str, language_
             head = head[: cut + 1]
         out.append((uri_to_path(other_uri), head))
     return out
+
+
+# Characters of chunks picked per token of the context budget; the prompt builder then cuts to the exact
+# token budget, dropping the last chunks that do not fit.
+CHUNK_CHARS_PER_TOKEN = 3.2
+
+
+def project_context(pool: ChunkPool, documents: DocumentStore, uri: str, language_id: str, prefix: str,
+                    suffix: str, budget: PromptBudget) -> list[tuple[str, str]]:
+    """(path, text) chunks of the documents of ``language_id`` the editor gave us (open now, or edited
+    and closed since), the ones most similar to the lines around the cursor, within ``budget.extra``
+    tokens.
+
+    Only the editor's documents enter the pool: nothing is read from disk, so nothing outside the
+    workspace the editor opened reaches the prompt.
+    """
+    same_language = set()
+    for doc in documents:
+        if doc.uri != uri and doc.completable and doc.language_id == language_id:
+            pool.update(doc.uri, uri_to_path(doc.uri), doc.text)
+            same_language.add(doc.uri)
+    pool.languages.update(dict.fromkeys(same_language, language_id))
+    allowed = [u for u, lang in pool.languages.items() if lang == language_id and u in pool]
+    chosen = pool.select(query_around(prefix, suffix), uri, int(budget.extra * CHUNK_CHARS_PER_TOKEN), allowed)
+    return [(c.path, c.text) for c in chosen]
 
 
 def uri_to_path(uri: str) -> str:

@@ -53,6 +53,8 @@ class Keystroke:
     first_text: float | None = None
     final: float | None = None
     final_text: str | None = None
+    shown_text: str | None = None  # the latest suggestion text shown for this request
+    predicted: bool = False  # the suggestion on screen when this key was pressed started with it
 
     def first_text_ms(self) -> float | None:
         return None if self.first_text is None else (self.first_text - self.sent) * 1e3
@@ -73,7 +75,8 @@ def percentile(values: Sequence[float | None], q: float) -> float | None:
 
 def summarize(values: Sequence[float | None]) -> dict[str, Any]:
     measured = [v for v in values if v is not None]
-    return {"p50": percentile(values, 50), "p95": percentile(values, 95), "shown": len(measured),
+    return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p95": percentile(values, 95),
+            "shown": len(measured),
             "censored": len(values) - len(measured),
             "mean_of_shown": round(sum(measured) / len(measured), 1) if measured else None}
 
@@ -131,8 +134,10 @@ class _Client:
             if message.get("method") == "codecue/partialCompletion":
                 params = message["params"]
                 key = self.by_id.get(params.get("requestId"))
-                if key is not None and params["text"] and key.first_text is None:
-                    key.first_text = now
+                if key is not None and params["text"]:
+                    key.shown_text = params["text"]
+                    if key.first_text is None:
+                        key.first_text = now
             elif "method" not in message and message.get("id") in self.responses:
                 msg_id = message["id"]
                 key = self.by_id.get(msg_id)
@@ -140,6 +145,7 @@ class _Client:
                 items = result if isinstance(result, list) else (result or {}).get("items", []) if result else []
                 if key is not None and items and items[0]["insertText"]:
                     key.final, key.final_text = now, items[0]["insertText"]
+                    key.shown_text = key.final_text
                     if key.first_text is None:
                         key.first_text = now
                 future = self.responses.pop(msg_id)
@@ -217,6 +223,8 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
                 "textDocument": {"uri": uri}, "position": {"line": line, "character": character},
                 "context": {"triggerKind": 2}})
             key = Keystroke(i, ch, msg_id, time.perf_counter(), gap)
+            on_screen = keys[-1].shown_text if keys else None
+            key.predicted = bool(on_screen) and on_screen.startswith(ch)
             client.by_id[msg_id] = key
             keys.append(key)
             futures.append(future)
@@ -246,6 +254,8 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
         "first_text_ms": summarize(first),
         "final_ms": summarize(final),
         "first_text_ms_at_pauses": summarize(at_pauses),
+        # keystrokes the suggestion on screen did not predict: they need a new generation
+        "first_text_ms_new_generation": summarize([k.first_text_ms() for k in keys if not k.predicted]),
         "generations": len(generations),
         "prefilled_tokens_mean": round(sum(prefilled) / len(prefilled), 1) if prefilled else None,
         "prefilled_tokens": prefilled,
@@ -261,6 +271,93 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
         "per_keystroke": [{**asdict(k), "first_text_ms": k.first_text_ms(), "final_ms": k.final_ms()}
                           for k in keys],
     }
+
+
+async def _enter_replay(completer: Completer, text: str, uri: str, language_id: str, *, places: int,
+                        pause_s: float, max_tokens: int, timeout_s: float) -> dict[str, Any]:
+    """Enter at the end of ``places`` lines spread over the file, each after ``pause_s`` of quiet: the
+    time from that keystroke (``didChange`` + ``inlineCompletion``, standard LSP only) to ghost text."""
+    from codecue.models.config import ModelConfig
+    from codecue.server.session import CodeCueServer
+    from codecue.server.transport import serve_session
+    from codecue.server.worker import ModelWorker
+
+    worker = ModelWorker(ModelConfig(), factory=lambda choice: completer, idle_unload_s=None, measure_costs=False)
+    server = CodeCueServer(worker)
+    server_sock, client_sock = socket.socketpair()
+    s_reader, s_writer = await asyncio.open_connection(sock=server_sock, limit=STREAM_LIMIT)
+    c_reader, c_writer = await asyncio.open_connection(sock=client_sock, limit=STREAM_LIMIT)
+    serving = asyncio.create_task(serve_session(server, s_reader, s_writer))
+    client = _Client(c_reader, c_writer)
+    keys: list[Keystroke] = []
+    try:
+        _, init = client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
+                                                "initializationOptions": {"maxTokens": max_tokens}})
+        await asyncio.wait_for(init, 60)
+        client.notify("initialized", {})
+        doc, version = text, 1
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language_id,
+                                                                "version": version, "text": doc}})
+        _, warm = client.request("textDocument/inlineCompletion", {  # load the models (not measured)
+            "textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}, "context": {"triggerKind": 1}})
+        await asyncio.wait_for(warm, 3600)
+        for i, line_no in enumerate(enter_lines(text, places)):
+            await asyncio.sleep(pause_s)
+            lines = doc.split("\n")
+            line = lines[line_no]
+            indent = line[: len(line) - len(line.lstrip())]
+            at = {"line": line_no, "character": len(line.encode("utf-16-le")) // 2}
+            version += 1
+            lines.insert(line_no + 1, indent)
+            lines[line_no] = line
+            doc = "\n".join(lines)
+            client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                                     "contentChanges": [{"range": {"start": at, "end": at},
+                                                                         "text": "\n" + indent}]})
+            msg_id, future = client.request("textDocument/inlineCompletion", {
+                "textDocument": {"uri": uri}, "position": {"line": line_no + 1, "character": len(indent)},
+                "context": {"triggerKind": 2}})
+            key = Keystroke(i, "\n", msg_id, time.perf_counter(), pause_s)
+            client.by_id[msg_id] = key
+            keys.append(key)
+            await asyncio.wait([future], timeout=timeout_s)
+        generations = list(server.stats.generations)[1:]
+    finally:
+        client.writer.close()
+        serving.cancel()
+        server.completions.close()
+        await asyncio.gather(serving, return_exceptions=True)
+        await asyncio.to_thread(worker.shutdown, 60.0, False)
+    return {"places": len(keys), "pause_s": pause_s, "first_text_ms": summarize([k.first_text_ms() for k in keys]),
+            "final_ms": summarize([k.final_ms() for k in keys]),
+            "prefilled_tokens": [g["prefilledTokens"] for g in generations],
+            "prompt_tokens": [g["promptTokens"] for g in generations],
+            "per_place": [{"line": k.index, "first_text_ms": k.first_text_ms(), "text": k.final_text} for k in keys]}
+
+
+def enter_lines(text: str, places: int) -> list[int]:
+    """``places`` lines spread over the file (from its end backwards, so earlier insertions do not move
+    later places), each a substantial code line that is not the last of the file."""
+    lines = text.split("\n")
+    candidates = [i for i, line in enumerate(lines[:-1])
+                  if len(line.strip()) >= 12 and not line.strip().startswith(("#", "//", "/*", "*"))]
+    if not candidates:
+        return []
+    step = max(1, len(candidates) // places)
+    chosen = candidates[step // 2:: step][:places]
+    return sorted(chosen, reverse=True)
+
+
+def run_enter_replay(file: str | Path, completer: Completer, *, places: int = 8, pause_ms: float = 1500.0,
+                     max_tokens: int = 32, timeout_s: float = 120.0, language_id: str | None = None) -> dict[str, Any]:
+    """Enter at new places after a pause (see :func:`_enter_replay`), on loaded models."""
+    path = Path(file)
+    text = path.read_text(encoding="utf-8")
+    language_id = language_id or LANGUAGE_IDS.get(path.suffix, "plaintext")
+    report = asyncio.run(_enter_replay(completer, text, path.resolve().as_uri(), language_id, places=places,
+                                       pause_s=pause_ms / 1e3, max_tokens=max_tokens, timeout_s=timeout_s))
+    report.update({"file": str(path), "lines": text.count("\n") + 1, "layout": completer.budget.layout})
+    return report
 
 
 def _load(file: str | Path, completer_config: ModelConfig | None) -> tuple[str, Completer]:
@@ -341,3 +438,47 @@ def format_pair(pair: dict[str, Any]) -> str:
     lines = [head, f"{'':{width}}  {'reuse on':>14}  {'reuse off':>14}"]
     lines += [f"{name:{width}}  {a:>14}  {b:>14}" for name, a, b in rows]
     return "\n".join(lines)
+def run_layout_comparison(file: str | Path, config: ModelConfig, layouts: Sequence[str], *,
+                          max_tokens: int = 32, places: int = 6, keystrokes: int = 40,
+                          interval_ms: float = 150.0) -> dict[str, Any]:
+    """The keystroke replay and the Enter replay for each prompt setting, on one loaded pair (reuse on).
+    A setting is a layout, optionally ``:full``: the full prompt even at a place the cache does not hold
+    (``first_text_ms = 0``, what the server did before shorter first prompts)."""
+    from dataclasses import replace
+
+    from codecue.engine.fim import LAYOUTS
+
+    for name in layouts:
+        layout, _, mode = name.partition(":")
+        if layout not in LAYOUTS or mode not in ("", "full"):
+            raise CodeCueError(f"unknown prompt setting {name!r}", f"use LAYOUT or LAYOUT:full, LAYOUT one of "
+                                                                   f"{', '.join(LAYOUTS)}")
+    _, completer = _load(file, config)
+    default_ms = completer.budget.first_text_ms
+    out: dict[str, Any] = {}
+    for name in layouts:
+        layout, _, mode = name.partition(":")
+        completer.config.budget = replace(completer.budget, layout=layout,
+                                          first_text_ms=0 if mode == "full" else default_ms)
+        completer.reset_caches()
+        typing = run_replay(file, reuse=True, completer=completer, max_tokens=max_tokens, keystrokes=keystrokes,
+                            interval_ms=interval_ms)
+        completer.reset_caches()
+        enter = run_enter_replay(file, completer, places=places, max_tokens=max_tokens)
+        out[name] = {"typing": typing, "enter": enter}
+    return out
+
+
+def format_layouts(report: dict[str, Any]) -> str:
+    def ms(value: float | None) -> str:
+        return "censored" if value is None else f"{value:.0f} ms"
+
+    rows = [("layout", "new-generation keys", "p50", "p90", "Enter at new place", "p50", "p90")]
+    for layout, r in report.items():
+        new, enter = r["typing"]["first_text_ms_new_generation"], r["enter"]["first_text_ms"]
+        rows.append((layout, str(new["shown"] + new["censored"]), ms(new["p50"]), ms(new["p90"]),
+                     str(r["enter"]["places"]), ms(enter["p50"]), ms(enter["p90"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "keystroke -> first ghost text\n" + "\n".join(lines)

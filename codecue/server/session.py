@@ -18,7 +18,9 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from codecue import __version__ as codecue_version
+from codecue.context.chunks import ChunkPool
 from codecue.document import DocumentStore
+from codecue.engine.fim import PromptBudget
 from codecue.errors import CodeCueError
 from codecue.models.config import ModelConfig
 from codecue.server import inline_completion, lifecycle, stats, text_sync
@@ -135,6 +137,7 @@ class CodeCueServer(LanguageServer):
         self.stats = SessionStats()
         self.hooks = ContextHooks(worker.k_policy)
         self.completions = InlineCompletions(self)
+        self.chunks = ChunkPool()  # project context: chunks of the documents this editor gave us
         self.initialize_seen = False
         self.shutdown_received = False
         self.closing = False
@@ -142,6 +145,12 @@ class CodeCueServer(LanguageServer):
         self._warned: set[str] = set()
         for feature in (lifecycle, text_sync, inline_completion, stats):
             feature.register(self)
+
+    @property
+    def prompt_budget(self) -> PromptBudget:
+        """The budget the worker's completer builds prompts with (the default until models are loaded)."""
+        completer = self.worker.completer
+        return completer.budget if completer is not None else PromptBudget()
 
     @property
     def model_config(self) -> ModelConfig:

@@ -93,6 +93,7 @@ class SessionStats:
         self.languages: dict[str, LanguageStats] = {}
         self.runtimes: dict[str, LanguageStats] = {}
         self.type_through = 0
+        self.prefetched = 0  # next suggestions generated ahead, after one was accepted
         self.adopted = 0  # requests answered by a generation already running for an earlier keystroke
         self.diverged = 0  # joined generations that turned out to disagree with the typing, and restarted
         self.superseded = 0
@@ -131,6 +132,7 @@ class SessionStats:
             "runtimes": {name: s.to_json() for name, s in sorted(self.runtimes.items())},
             "session": {
                 "typeThrough": self.type_through,
+                "prefetched": self.prefetched,
                 "adopted": self.adopted,
                 "diverged": self.diverged,
                 "superseded": self.superseded,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DOCUMENT_REQUEST = "codecue/document"
+CURSOR_MOVED = "codecue/cursorMoved"
 
 
 def apply_open(server: CodeCueServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -34,6 +35,8 @@ def apply_open(server: CodeCueServer, params: types.DidOpenTextDocumentParams) -
     server.completions.forget(item.uri)
     server.documents.open(item.uri, item.language_id, item.version, item.text)
     server.hooks.opened(item.uri, item.language_id, item.text)
+    if server.options.work_ahead:
+        server.completions.warm(item.uri)
 
 
 def apply_change(server: CodeCueServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -65,6 +68,8 @@ def apply_change(server: CodeCueServer, params: types.DidChangeTextDocumentParam
             doc.replace_all(change.text)
         server.hooks.changed(uri, change, doc.text)
     doc.version = params.text_document.version
+    if server.options.work_ahead:
+        server.completions.document_changed(uri)
 
 
 def apply_close(server: CodeCueServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -99,6 +104,19 @@ def register(server: CodeCueServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(params: types.DidChangeTextDocumentParams) -> None:
         apply_change(server, params)
+
+    @server.feature(CURSOR_MOVED)
+    def cursor_moved(params: Any) -> None:
+        """``codecue/cursorMoved`` {textDocument: {uri}, position}: our own notification, so the caches
+        can be warmed for a place before the user types there. Editors without it lose nothing."""
+        try:
+            uri = params.textDocument.uri
+            line, character = int(params.position.line), int(params.position.character)
+        except (AttributeError, TypeError, ValueError):
+            log.warning("%s: malformed params ignored", CURSOR_MOVED)
+            return
+        if server.options.work_ahead:
+            server.completions.warm(uri, line, character)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(params: types.DidCloseTextDocumentParams) -> None:

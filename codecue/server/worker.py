@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from codecue.engine.postprocess import streamable, tidy_completion
 from codecue.models.config import ModelConfig
 from codecue.server.model_process import ModelProcessCrashed
 from codecue.server.prompt import stable_prefix
@@ -31,6 +32,11 @@ if TYPE_CHECKING:
     from codecue.tuning.machine_costs import MachineCosts
 
 log = logging.getLogger(__name__)
+
+# Idle this long after a request, the worker warms that place's full prompt (the request itself may have
+# used a shorter one to show text sooner): longer than a pause between keystrokes, since a keystroke
+# arriving during the warm-up finds the short prompt's cache replaced.
+REFINE_AFTER_S = 1.0
 
 
 CompleterFactory = Callable[[ModelConfig], "Completer"]
@@ -58,6 +64,9 @@ class GenerationJob:
     prefix: str
     suffix: str
     extra_context: Sequence[tuple[str, str]] = ()
+    path: str | None = None  # the document's name in the prompt (shown with project context)
+    background: bool = False  # work ahead (warm-up, prefetch): any real job cancels it
+    warm_only: bool = False  # only evaluate the prompt into the caches; the result is None
     max_tokens: int = 64
     temperature: float = 0.0
     k: int | None = None
@@ -126,6 +135,7 @@ class ModelWorker:
         self._completer: Completer | None = None
         self._loaded: ModelConfig | None = None
         self._running: GenerationJob | None = None
+        self._refine: GenerationJob | None = None  # the last request, whose full prompt idle time warms
         self.last_activity = time.monotonic()
         self.generations = 0
         self.loads = 0
@@ -137,6 +147,10 @@ class ModelWorker:
             if self._stopping:
                 job.future.set_exception(RuntimeError("the model worker is shutting down"))
                 return job.future
+            if not job.background:
+                # Work that only prepares the future never delays a request: drop it.
+                self._cancel_background_locked()
+                self._refine = None
             self._queue.append(job)
             # A flood of requests (many documents at once) must not grow the queue without bound: the
             # oldest waiting jobs are the least likely to still matter.
@@ -150,6 +164,14 @@ class ModelWorker:
                 self._thread.start()
             self._cond.notify()
         return job.future
+
+    def _cancel_background_locked(self) -> None:
+        for waiting in [j for j in self._queue if j.background]:
+            self._queue.remove(waiting)
+            waiting.cancel()
+            waiting.future.set_result(None)
+        if self._running is not None and self._running.background:
+            self._running.cancel()
 
     @property
     def loaded(self) -> ModelConfig | None:
@@ -248,10 +270,18 @@ class ModelWorker:
                         log.info("idle for %.0f s", self.idle_unload_s)
                         self._unload_locked()
                         continue
+                if self._refine is not None and self._completer is not None:
+                    wait = self.last_activity + REFINE_AFTER_S - time.monotonic()
+                    if wait <= 0:
+                        job, self._refine = self._refine, None
+                        self._running = job
+                        return job
+                    timeout = wait if timeout is None else min(timeout, wait)
                 self._cond.wait(timeout)
             if self._stopping:
                 return None
-            job = self._queue.popleft()
+            job = next((j for j in self._queue if not j.background), self._queue[0])
+            self._queue.remove(job)
             self._running = job
             return job
 
@@ -330,20 +360,33 @@ class ModelWorker:
                     continue
                 if not self.reuse_cache:
                     completer.reset_caches()
+                prefix = stable_prefix(job.prefix, completer.budget)
+                if job.warm_only:
+                    completer.warm_context(prefix, job.suffix, job.extra_context, path=job.path,
+                                           cancelled=job.poll_cancelled)
+                    job.future.set_result(None)
+                    continue
                 result = completer.complete(
-                    stable_prefix(job.prefix, completer.budget),
+                    prefix,
                     job.suffix,
                     extra_context=job.extra_context,
+                    path=job.path,
                     max_tokens=job.max_tokens,
                     k=job.k,
                     temperature=job.temperature,
                     stop_predicate=job.stop_predicate,
-                    on_text=job.on_text,
+                    on_text=_shown_while_streaming(job.on_text, job.prefix, job.suffix),
                     cancelled=job.poll_cancelled,
                     on_round=job.on_round,
                 )
                 self.generations += 1
-                job.future.set_result(result)
+                shown = tidy_completion(result.text, job.prefix, job.suffix, result.stop_reason)
+                job.future.set_result(replace(result, text=shown) if shown != result.text else result)
+                if not job.background and completer.budget.first_text_ms:
+                    with self._cond:
+                        self._refine = replace(job, background=True, warm_only=True, on_text=None, on_round=None,
+                                               stop_predicate=None, label=f"warm after {job.label}",
+                                               future=Future(), _cancel=threading.Event())
             except BaseException as exc:  # noqa: BLE001 - the job's owner reports it; the worker lives on
                 if isinstance(exc, ModelProcessCrashed):
                     with self._cond:  # the next job starts a new model process
@@ -358,6 +401,24 @@ class ModelWorker:
                 with self._cond:
                     self._running = None
                     self.last_activity = time.monotonic()
+
+
+def _shown_while_streaming(on_text: Callable[[str], None] | None, prefix: str,
+                           suffix: str) -> Callable[[str], None] | None:
+    """``on_text`` given only what :func:`~codecue.engine.postprocess.streamable` lets through, each time
+    it grew: text streamed to the editor is never taken back by the tidying of the final text."""
+    if on_text is None:
+        return None
+    shown = ""
+
+    def forward(text: str) -> None:
+        nonlocal shown
+        part = streamable(text, prefix, suffix)
+        if len(part) > len(shown) and part.startswith(shown):
+            shown = part
+            on_text(part)
+
+    return forward
 
 
 def _is_user_error(exc: BaseException) -> bool:

@@ -1,0 +1,351 @@
+"""``codecue bench --quality``: what completions say, on held-out multi-file projects.
+
+Each point removes one line of a project file (from its indentation to its end); the model sees the
+rest of the file around the cursor and, depending on the variant, context from the project's other
+files. A point is *cross-file* when the removed line uses a name that only another file of the project
+defines: there the answer depends on the context.
+
+Metrics, per prompt variant: exact match of the first line, edit similarity (normalized Levenshtein)
+of the shown completion to the removed line, how often the model's raw output repeats the code after
+the cursor (before :func:`~codecue.engine.postprocess.tidy_completion` removes it), and how often the
+shown completion stops in the right place (exactly the one line that was removed).
+
+Variants run one after another over all points (variant-major), so consecutive prompts of one variant
+share their beginning and the KV cache does the rest: the run measures quality, not speed.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from codecue.bench.points import CORPUS_DIR, language_of
+from codecue.context.chunks import ChunkPool, query_around
+from codecue.engine.fim import (
+    FILE_SEP,
+    FIM_MIDDLE,
+    FIM_PREFIX,
+    FIM_SUFFIX,
+    REPO_NAME,
+    PromptBudget,
+    build_fim_text,
+    shorter_budgets,
+)
+from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion
+from codecue.errors import CodeCueError
+
+PROJECTS_DIR = CORPUS_DIR / "projects"
+CONTEXTS = ("none", "heads", "chunks")
+# The prompt budget every variant gets (tokens): small enough for a CPU run of a few hundred prompts.
+QUALITY_BUDGET = dict(total=512, suffix=48, extra=192, anchor_lines=32)
+# Prompt tokens beyond the context that the server evaluates at a new place on a 2-core CPU (600 ms at
+# ~6 ms per token); `--first-tokens` sets another.
+FIRST_TOKENS = 96
+CHARS_PER_TOKEN = 3.2  # code: how many characters of chunks to pick per budget token (the builder cuts exactly)
+
+DEFINITION = {
+    "python": re.compile(r"^\s*(?:def|class)\s+(\w+)|^([A-Z_][A-Z0-9_]+)\s*[:=]"),
+    "typescript": re.compile(r"\b(?:function|class|interface|type|const|enum)\s+(\w+)|^\s+(\w+)\s*[?]?:\s"),
+    "go": re.compile(r"^func\s+(?:\([^)]*\)\s*)?(\w+)|^type\s+(\w+)|^var\s+(\w+)|^\t(\w+)\s+[\w\[\]*.]+(?:\s|$)"),
+    "rust": re.compile(r"\b(?:fn|struct|enum|trait|const|type)\s+(\w+)|^\s+pub\s+(\w+):|^\s{4}([A-Z]\w+)[\s({,]"),
+}
+WORD = re.compile(r"[A-Za-z_]\w+")
+COMMENT_STARTS = ("#", "//", "/*", "*", '"""')
+
+
+@dataclass(frozen=True)
+class QualityPoint:
+    project: str
+    path: str  # relative to the project
+    language: str
+    line: int
+    prefix: str
+    suffix: str
+    hole: str  # the removed part of the line: after its indentation, or after what was typed of it
+    cross_file: bool
+    others: tuple[tuple[str, str], ...]  # (path, text) of the project's other files
+    typed: str = ""  # the start of the line already typed (a mid-line point), else ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.project}/{self.path}:{self.line}" + (f"+{len(self.typed)}" if self.typed else "")
+
+
+def typed_point(point: QualityPoint, share: float = 0.3) -> QualityPoint:
+    """The same line with its first words typed: the cursor after the first word ending past ``share``
+    of the line (where a user typing the line would ask again), the rest of the line the hole."""
+    cut = next((m.end() for m in WORD.finditer(point.hole) if m.end() >= share * len(point.hole)), None)
+    if cut is None or cut >= len(point.hole.rstrip()):
+        return point
+    return replace(point, prefix=point.prefix + point.hole[:cut], hole=point.hole[cut:], typed=point.hole[:cut])
+
+
+def definitions(text: str, language: str) -> set[str]:
+    pattern = DEFINITION.get(language)
+    if pattern is None:
+        return set()
+    found = set()
+    for line in text.split("\n"):
+        for match in pattern.finditer(line):
+            found.update(g for g in match.groups() if g)
+    return found
+
+
+def project_points(root: Path = PROJECTS_DIR, languages: Sequence[str] | None = None) -> list[QualityPoint]:
+    """Every substantial line of every project file, as a point (see the module docstring)."""
+    points = []
+    for project in sorted(p for p in root.glob("*/*") if p.is_dir()):
+        files = {p.name: p.read_text(encoding="utf-8") for p in sorted(project.iterdir()) if p.is_file()}
+        files = {name: text for name, text in files.items() if language_of(Path(name)) != "other"}
+        if not files:
+            continue
+        language = language_of(Path(next(iter(files))))
+        if languages and language not in languages:
+            continue
+        defined = {name: definitions(text, language) for name, text in files.items()}
+        for name, text in files.items():
+            elsewhere = set().union(*(d for other, d in defined.items() if other != name)) - defined[name]
+            others = tuple((other, t) for other, t in files.items() if other != name)
+            points += _file_points(project, name, text, language, elsewhere, others)
+    return points
+
+
+def _file_points(project: Path, name: str, text: str, language: str, elsewhere: set[str],
+                 others: tuple[tuple[str, str], ...]) -> list[QualityPoint]:
+    lines = text.split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if i < 3 or len(stripped) < 8 or stripped.startswith(COMMENT_STARTS) or stripped.startswith(("import ", "from ", "use ")):
+            continue
+        indent = len(line) - len(line.lstrip())
+        prefix = "\n".join(lines[:i]) + "\n" + line[:indent]
+        suffix = "\n" + "\n".join(lines[i + 1:])
+        cross = bool(set(WORD.findall(stripped)) & elsewhere)
+        out.append(QualityPoint(f"{project.parent.name}/{project.name}", name, language, i, prefix, suffix,
+                                stripped, cross, others))
+    return out
+
+
+def select_points(points: list[QualityPoint], per_language: int, typed: bool = False) -> list[QualityPoint]:
+    """Up to ``per_language`` points per language: all cross-file ones first (spread over the files),
+    then local ones, in file order (so consecutive prompts share their beginning). With ``typed``,
+    every other point has the first words of its line typed (:func:`typed_point`)."""
+    chosen = []
+    for language in sorted({p.language for p in points}):
+        mine = [p for p in points if p.language == language]
+        cross = [p for p in mine if p.cross_file]
+        local = [p for p in mine if not p.cross_file]
+        take_cross = _spread(cross, min(len(cross), per_language * 3 // 4))
+        take_local = _spread(local, per_language - len(take_cross))
+        chosen += sorted(take_cross + take_local, key=lambda p: (p.project, p.path, p.line))
+    return [typed_point(p) if typed and i % 2 else p for i, p in enumerate(chosen)]
+
+
+def _spread(items: list[QualityPoint], n: int) -> list[QualityPoint]:
+    if n <= 0 or not items:
+        return []
+    if n >= len(items):
+        return list(items)
+    step = len(items) / n
+    return [items[int(i * step)] for i in range(n)]
+
+
+# -- prompts -----------------------------------------------------------------------------------------
+def old_heads(point: QualityPoint) -> list[tuple[str, str]]:
+    """The context CodeCue sent before chunks: the heads of the first two other files by name."""
+    from codecue.server.prompt import extra_context
+
+    docs = [(f"file:///{point.project}/{path}", point.language, text) for path, text in point.others]
+    return extra_context(docs, f"file:///{point.project}/{point.path}", point.language)
+
+
+def chunk_context(point: QualityPoint, budget: PromptBudget) -> list[tuple[str, str]]:
+    """What the server picks: chunks of the other files, by similarity to the lines around the cursor."""
+    pool = ChunkPool()
+    for path, text in point.others:
+        pool.update(path, path, text)
+    chosen = pool.select(query_around(point.prefix, point.suffix), point.path, int(budget.extra * CHARS_PER_TOKEN))
+    return [(c.path, c.text) for c in chosen]
+
+
+def codecue_prompt(tokenizer, point: QualityPoint, layout: str, context: str, first_tokens: int | None = None) -> str:
+    """CodeCue's prompt with ``context`` (none, heads, chunks); with ``first_tokens``, the shorter prompt the
+    server uses at a place its cache does not hold (:func:`~codecue.engine.fim.shorter_budgets`)."""
+    budget = PromptBudget(layout=layout, **QUALITY_BUDGET)
+    extra = {"none": [], "heads": old_heads(point), "chunks": chunk_context(point, budget)}[context]
+    if first_tokens is not None:
+        budget = shorter_budgets(budget, first_tokens)[1 if context == "none" else 0]
+    return build_fim_text(tokenizer, point.prefix, point.suffix, budget, extra, path=point.path)
+
+
+def llama_vim_prompt(tokenizer, point: QualityPoint, chunk_lines: int = 64, ring_chunks: int = 16) -> str:
+    """llama.vim's request as llama.cpp's ``/infill`` renders it, within the same token budget as ours.
+
+    llama.vim sends ``input_prefix`` (up to 256 lines before the cursor's line), ``input_suffix`` (the
+    rest of the line and up to 64 lines), ``prompt`` (the cursor's line up to the cursor) and
+    ``input_extra``: a ring buffer of up to 16 chunks of 64 lines from other buffers, oldest first,
+    chosen without regard to the cursor. The server renders ``<|repo_name|>myproject``, one
+    ``<|file_sep|>name`` entry per chunk, ``<|file_sep|>filename``, then PSM with ``prompt`` after
+    ``<|fim_middle|>``; it keeps the *last* tokens of the extra context, the last of the prefix and the
+    first of the suffix.
+    """
+    budget = PromptBudget(**QUALITY_BUDGET)
+    chunks = []
+    for path, text in point.others:
+        lines = text.split("\n")
+        chunks += [(path, "\n".join(lines[s:s + chunk_lines]) + "\n") for s in range(0, len(lines), chunk_lines)]
+    chunks = chunks[-ring_chunks:]
+    extra = f"{REPO_NAME}myproject\n" + "".join(f"{FILE_SEP}{path}\n{text}" for path, text in chunks)
+    extra_ids = tokenizer.encode(extra, add_special_tokens=False)[-budget.extra:]
+    extra = tokenizer.decode(extra_ids) + f"{FILE_SEP}filename\n"
+    head_end = point.prefix.rfind("\n") + 1
+    line_head = point.prefix[head_end:]
+    prefix_lines = point.prefix[:head_end].split("\n")
+    prefix = "\n".join(prefix_lines[-257:])
+    suffix = "\n".join(point.suffix.split("\n")[:65])
+    suffix_ids = tokenizer.encode(suffix, add_special_tokens=False)[: budget.suffix]
+    room = budget.total - len(extra_ids) - len(suffix_ids)
+    prefix_ids = tokenizer.encode(prefix, add_special_tokens=False)[-max(0, room):]
+    return (f"{extra}{FIM_PREFIX}{tokenizer.decode(prefix_ids)}{FIM_SUFFIX}{tokenizer.decode(suffix_ids)}"
+            f"{FIM_MIDDLE}{line_head}")
+
+
+def variants(first_tokens: int = FIRST_TOKENS) -> dict[str, Callable[[Any, QualityPoint], str]]:
+    """Prompt variants by name: LAYOUT/CONTEXT, LAYOUT/CONTEXT/first (the shorter prompt of a place the
+    cache does not hold, ``first_tokens`` beyond the context) and the llama.vim-style peer."""
+    out: dict[str, Callable[[Any, QualityPoint], str]] = {}
+    for layout in ("psm", "psm-mid", "spm"):
+        for context in CONTEXTS:
+            out[f"{layout}/{context}"] = (lambda tok, p, layout=layout, context=context:
+                                          codecue_prompt(tok, p, layout, context))
+            out[f"{layout}/{context}/first"] = (lambda tok, p, layout=layout, context=context:
+                                                codecue_prompt(tok, p, layout, context, first_tokens))
+    out["llama.vim"] = llama_vim_prompt
+    return out
+
+
+DEFAULT_VARIANTS = ["psm-mid/chunks", "psm-mid/none", "psm-mid/heads", "psm/chunks", "spm/chunks", "llama.vim",
+                    "psm-mid/chunks/first", "psm-mid/none/first"]
+
+
+# -- scoring -----------------------------------------------------------------------------------------
+@dataclass
+class QualityRecord:
+    point: str
+    language: str
+    cross_file: bool
+    variant: str
+    prompt_tokens: int
+    raw: str
+    shown: str
+    exact: bool
+    edit_similarity: float
+    repeats_suffix: bool
+    stops_right: bool
+    ms: float
+    stop_reason: str = "eos"
+
+
+def score(point: QualityPoint, variant: str, raw: str, stop_reason: str, prompt_tokens: int,
+          ms: float) -> QualityRecord:
+    from rapidfuzz.distance import Levenshtein
+
+    shown = tidy_completion(raw, point.prefix, point.suffix, stop_reason)
+    # Strict about leading whitespace and newlines: the cursor is at the line's indentation, so a space
+    # or a blank line first is what the editor would insert, and wrong.
+    first = shown.split("\n", 1)[0].rstrip()
+    return QualityRecord(
+        point.name, point.language, point.cross_file, variant, prompt_tokens, raw, shown,
+        exact=first == point.hole,
+        edit_similarity=Levenshtein.normalized_similarity(shown.rstrip(), point.hole),
+        repeats_suffix=suffix_repeat_cut(raw, point.prefix, point.suffix, final=True) is not None,
+        stops_right=bool(shown.strip()) and "\n" not in shown.strip("\n"),
+        ms=ms,
+        stop_reason=stop_reason,
+    )
+
+
+def stop_for(point: QualityPoint) -> Callable[[str], int | None] | None:
+    """The syntax-aware stop the server would use at this point (tree-sitter), else a blank line."""
+    from codecue.server.context_hooks import ContextHooks
+
+    hooks = ContextHooks()
+    uri = f"file:///{point.name}"
+    text = point.prefix + point.suffix
+    hooks.opened(uri, point.language, text)
+    line = point.prefix.count("\n")
+    character = len(point.prefix) - point.prefix.rfind("\n") - 1
+    return hooks.stop_predicate(hooks.cursor(uri, point.language, line, character))
+
+
+def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max_tokens: int = 32,
+                progress: Callable[[str], None] | None = None,
+                on_record: Callable[[QualityRecord], None] | None = None,
+                first_tokens: int = FIRST_TOKENS) -> list[QualityRecord]:
+    table = variants(first_tokens)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise CodeCueError(f"unknown quality variant(s) {unknown}", f"choose from {', '.join(table)}")
+    stops = {p.name: stop_for(p) for p in points}
+    records = []
+    for name in names:
+        build = table[name]
+        for i, point in enumerate(points):
+            text = build(completer.tokenizer, point)
+            ids = completer.tokenizer.encode(text, add_special_tokens=False)
+            t0 = time.perf_counter()
+            result = completer.generate_ids(ids, max_tokens=max_tokens, k=0, draft_mode="none",
+                                            stop_predicate=stops[point.name])
+            record = score(point, name, result.text, result.stop_reason, len(ids), (time.perf_counter() - t0) * 1e3)
+            records.append(record)
+            if on_record is not None:
+                on_record(record)
+            if progress:
+                progress(f"[{name} {i + 1}/{len(points)}] {point.name} {'=' if record.exact else '~'} "
+                         f"{record.shown.strip()[:60]!r}")
+    return records
+
+
+def summarise(records: list[QualityRecord]) -> list[dict[str, Any]]:
+    rows = []
+    for variant in dict.fromkeys(r.variant for r in records):
+        for subset, keep in (("all", lambda r: True), ("cross-file", lambda r: r.cross_file),
+                             ("local", lambda r: not r.cross_file), ("line start", lambda r: "+" not in r.point),
+                             ("mid-line", lambda r: "+" in r.point)):
+            mine = [r for r in records if r.variant == variant and keep(r)]
+            if not mine:
+                continue
+            rows.append({
+                "variant": variant, "points": subset, "n": len(mine),
+                "languages": len({r.language for r in mine}),
+                "exact": 100 * sum(r.exact for r in mine) / len(mine),
+                "edit_similarity": 100 * statistics.mean(r.edit_similarity for r in mine),
+                "repeats_suffix": 100 * sum(r.repeats_suffix for r in mine) / len(mine),
+                "stops_right": 100 * sum(r.stops_right for r in mine) / len(mine),
+                "prompt_tokens": statistics.mean(r.prompt_tokens for r in mine),
+            })
+    return rows
+
+
+def format_summary(rows: list[dict[str, Any]]) -> str:
+    header = ("variant", "points", "n", "exact %", "edit sim", "raw repeats suffix %", "stops right %", "prompt tok")
+    table = [header] + [(r["variant"], r["points"], str(r["n"]), f"{r['exact']:.1f}", f"{r['edit_similarity']:.1f}",
+                         f"{r['repeats_suffix']:.1f}", f"{r['stops_right']:.1f}", f"{r['prompt_tokens']:.0f}")
+                        for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in table]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def rescore(records: list[dict[str, Any]], points: list[QualityPoint]) -> list[QualityRecord]:
+    """Records (as saved in a report) scored again from their raw output, e.g. after a scoring change."""
+    by_name = {p.name: p for p in points}
+    return [score(by_name[r["point"]], r["variant"], r["raw"], r.get("stop_reason", "eos"), r["prompt_tokens"],
+                  r["ms"]) for r in records if r["point"] in by_name]

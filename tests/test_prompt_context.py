@@ -1,0 +1,361 @@
+"""Prompt layouts that keep the KV cache while typing, project context chunks, post-processing and work
+ahead (warm-up, prefetch) that never delays a real request."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+import torch
+
+from codecue.backends.base import CachedSequence
+from codecue.context.chunks import ChunkPool, query_around
+from codecue.engine.fim import FILE_SEP, PromptBudget, build_fim_prompt, build_fim_text
+from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion, whole_lines
+
+
+class CountingBackend:
+    """Holds token ids as its 'cache' and counts every token it evaluates."""
+
+    name = "counting"
+
+    def __init__(self, vocab: int = 200_000) -> None:
+        self.tokens: list[int] = []
+        self.vocab = vocab
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def max_length(self) -> int:
+        return 1 << 20
+
+    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
+        self.tokens.extend(token_ids)
+        return torch.zeros(len(token_ids) if n_logits is None else n_logits, 4)
+
+    def truncate(self, length: int) -> None:
+        del self.tokens[length:]
+
+    def reset(self) -> None:
+        self.tokens = []
+
+
+SOURCE = "".join(f"def step_{i}(state):\n    state.value_{i} = compute(state, {i})\n    return state\n\n"
+                 for i in range(60))
+
+
+def _fed_by_keystroke(tokenizer, layout: str, suffix_tokens: int = 128) -> tuple[int, int]:
+    """Tokens evaluated for the prompt after one typed character at a cursor in the middle of SOURCE,
+    with the cache holding the prompt from before it; and that prompt's length."""
+    cut = SOURCE.index("def step_30")
+    prefix, suffix = SOURCE[:cut] + "    result = comp", SOURCE[cut:]
+    budget = PromptBudget(total=900, suffix=suffix_tokens, extra=0, layout=layout)
+    seq = CachedSequence(CountingBackend())
+    before = build_fim_prompt(tokenizer, prefix, suffix, budget)
+    seq.sync(before, 1)
+    fed = seq.fed_tokens
+    seq.sync(build_fim_prompt(tokenizer, prefix + "u", suffix, budget), 1)
+    return seq.fed_tokens - fed, len(before)
+
+
+@pytest.mark.parametrize("layout", ["psm-mid", "spm"])
+def test_a_keystroke_reevaluates_only_a_few_tokens(tiny_tokenizer, layout):
+    fed, prompt_len = _fed_by_keystroke(tiny_tokenizer, layout)
+    assert prompt_len > 300
+    assert fed <= 4, f"{layout}: a keystroke evaluated {fed} tokens"
+
+
+def test_plain_psm_reevaluates_the_suffix_on_every_keystroke(tiny_tokenizer):
+    """The layout the default replaced: the measure above tells them apart."""
+    fed, _ = _fed_by_keystroke(tiny_tokenizer, "psm")
+    assert fed > 100
+
+
+def test_psm_mid_puts_the_cursor_line_after_the_middle_token(tiny_tokenizer):
+    text = build_fim_text(tiny_tokenizer, "def f(x):\n    return x +", "\nprint(f(1))\n", PromptBudget(layout="psm-mid"))
+    assert text == "<|fim_prefix|>def f(x):\n<|fim_suffix|>\nprint(f(1))\n<|fim_middle|>    return x +"
+    # Only indentation on the cursor's line: it stays in the prefix (after <|fim_middle|> the model would
+    # add a space of its own).
+    text = build_fim_text(tiny_tokenizer, "def f(x):\n    ", "\nprint(f(1))\n", PromptBudget(layout="psm-mid"))
+    assert text == "<|fim_prefix|>def f(x):\n    <|fim_suffix|>\nprint(f(1))\n<|fim_middle|>"
+
+
+def test_unknown_layout_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown prompt layout 'mps'"):
+        PromptBudget(layout="mps")
+
+
+# -- context chunks ------------------------------------------------------------------------------
+def _file(name: str, n: int) -> str:
+    return "".join(f"def {name}_helper_{i}(record):\n    return record.{name}_field_{i} * {i}\n\n" for i in range(n))
+
+
+def test_context_respects_its_token_budget(tiny_tokenizer):
+    pool = ChunkPool(chunk_lines=12)
+    for name in ("alpha", "beta", "gamma"):
+        pool.update(f"file:///w/{name}.py", f"{name}.py", _file(name, 40))
+    query = "x = alpha_helper_3(record) + beta_helper_4(record) + gamma_field_5"
+    chosen = pool.select(query, None, max_chars=100_000)
+    assert len(chosen) > 3  # far more than the budget holds
+    for extra in (64, 200, 400):
+        budget = PromptBudget(total=1200, suffix=64, extra=extra)
+        text = build_fim_text(tiny_tokenizer, "y = 1\n", "\n", budget, [(c.path, c.text) for c in chosen],
+                              path="me.py")
+        context = text[: text.index(f"{FILE_SEP}me.py")]
+        assert 0 < len(tiny_tokenizer.encode(context, add_special_tokens=False)) <= extra
+        assert len(tiny_tokenizer.encode(text, add_special_tokens=False)) <= budget.total + 4
+
+
+def test_chunks_are_chosen_by_similarity_to_the_lines_around_the_cursor():
+    pool = ChunkPool(chunk_lines=8)
+    pool.update("file:///w/invoice.py", "invoice.py", "class Invoice:\n    def subtotal(self):\n        pass\n")
+    pool.update("file:///w/colors.py", "colors.py", "PALETTE = {'red': 1}\ndef blend(a, b):\n    return a\n")
+    prefix = "def total(invoice: Invoice) -> float:\n    net = invoice.subtotal()\n    "
+    chosen = pool.select(query_around(prefix, "\n"), "file:///w/me.py", max_chars=60)
+    assert [c.path for c in chosen] == ["invoice.py"]
+
+
+def test_the_query_ignores_the_cursor_line_so_typing_keeps_the_choice():
+    before = query_around("import os\ndef f(a):\n    return os.path.jo", "\nx = 1\n")
+    after = query_around("import os\ndef f(a):\n    return os.path.join(a", "\nx = 1\n")
+    assert before == after and "os.path" not in before
+
+
+def test_chunk_order_keeps_older_chunks_first_when_another_file_changes(tiny_tokenizer):
+    """The rendered context of unchanged files is a prefix of the new one: their KV cache survives."""
+    pool = ChunkPool(chunk_lines=4)
+    pool.update("file:///w/a.py", "a.py", _file("shared", 3))
+    pool.update("file:///w/b.py", "b.py", _file("shared", 2))
+    query = "shared_helper_1(shared_field_1) shared_helper_0 shared_field_2"
+    first = build_fim_text(tiny_tokenizer, "", "", PromptBudget(extra=600),
+                           [(c.path, c.text) for c in pool.select(query, None, 10_000)], path="me.py")
+    pool.update("file:///w/b.py", "b.py", _file("shared", 2) + "def shared_helper_9(record):\n    return 9\n")
+    second = build_fim_text(tiny_tokenizer, "", "", PromptBudget(extra=600),
+                            [(c.path, c.text) for c in pool.select(query, None, 10_000)], path="me.py")
+    a_part = first[: first.index(f"{FILE_SEP}b.py")]
+    assert "a.py" in a_part and second.startswith(a_part)
+
+
+def test_context_comes_only_from_documents_the_editor_opened(tmp_path):
+    """A file in the workspace directory that the editor did not open never reaches the prompt."""
+    from codecue.document import DocumentStore
+    from codecue.server.prompt import project_context
+
+    secret = tmp_path / "secret_settings.py"
+    secret.write_text("def load_invoice_total(invoice):\n    return invoice.total\n")
+    docs = DocumentStore()
+    docs.open((tmp_path / "me.py").as_uri(), "python", 1, "x = 1\n")
+    docs.open((tmp_path / "billing.py").as_uri(), "python", 1, "def invoice_total(invoice):\n    return 1\n")
+    docs.open((tmp_path / "billing.ts").as_uri(), "typescript", 1, "function invoice_total(invoice) {}\n")
+    pool = ChunkPool()
+    prefix = "def f(invoice):\n    total = invoice_total(invoice)\n    load_invoice_total(invoice)\n    "
+    chosen = project_context(pool, docs, (tmp_path / "me.py").as_uri(), "python", prefix, "\n", PromptBudget())
+    assert [path for path, _ in chosen] == [str(tmp_path / "billing.py")]
+    assert all("secret" not in text for _, text in chosen)
+
+
+def test_closed_documents_stay_as_context_until_evicted():
+    pool = ChunkPool(max_sources=2)
+    for i in range(3):
+        pool.update(f"file:///w/f{i}.py", f"f{i}.py", f"def func_{i}(common_name):\n    return common_name\n")
+    assert len(pool) == 2 and "file:///w/f0.py" not in pool  # the least recently used went first
+
+
+# -- post-processing -----------------------------------------------------------------------------
+def test_a_completion_that_repeats_the_next_lines_is_cut_before_them():
+    prefix = "def f(x):\n    y = x * 2\n    "
+    suffix = "\n    z = compute(y)\n    return z\n"
+    assert tidy_completion("w = y + 1\n    z = compute(y)\n    return z\n", prefix, suffix, "eos") == "w = y + 1"
+    assert suffix_repeat_cut("w = y + 1\n    z = comp", prefix, suffix) is None  # not a whole line yet
+
+
+def test_closing_the_rest_of_the_line_twice_is_trimmed():
+    assert tidy_completion("a, b)", "x = foo(", ")\nbar()\n", "eos") == "a, b"
+    assert tidy_completion("a, g(b)", "x = foo(", ")\nbar()\n", "eos") == "a, g(b)"  # g's own paren
+
+
+def test_a_short_line_alone_is_not_a_repetition_but_two_are():
+    prefix, suffix = "fn f() {\n    if x {\n        ", "\n    }\n}\n"
+    assert tidy_completion("y();\n    }\n}\n", prefix, suffix, "eos") == "y();"
+    assert tidy_completion("y();\n    }\n    z();\n", prefix, suffix, "eos") == "y();\n    }\n    z();"
+
+
+def test_no_half_line_when_tokens_run_out():
+    assert whole_lines("a = 1\nb = 2\nc = comp") == "a = 1\nb = 2\n"
+    assert tidy_completion("a = 1\nb = comp", "x\n", "rest\n", "max_tokens") == "a = 1\n"
+    assert tidy_completion("a = 1\nb = comp", "x\n", "\nrest\n", "max_tokens") == "a = 1"
+    assert tidy_completion("a = 1\nb = 2", "x\n", "rest\n", "eos") == "a = 1\nb = 2"
+
+
+# -- work ahead ----------------------------------------------------------------------------------
+class SlowCompleter:
+    """A stand-in completer whose generation runs until cancelled (or 10 s): it records what ran."""
+
+    runtime = "stand-in"
+    names = ("stand-in", None)
+    budget = PromptBudget()
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.running = threading.Event()
+
+    def measure_costs(self, should_stop=None):
+        return None
+
+    def complete(self, prefix, suffix, *, cancelled, **kwargs):
+        from codecue.engine.speculative import GenerationResult, GenerationStats
+
+        self.started.append(prefix)
+        self.running.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (cancelled() if "slow" in prefix else True):
+            time.sleep(0.01)
+        reason = "cancelled" if time.monotonic() < deadline and "slow" in prefix else "eos"
+        return GenerationResult([], "done", reason, GenerationStats())
+
+    def build_prompt(self, prefix, suffix, extra_context=(), *, path=None):
+        return [1, 2, 3]
+
+    def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None):
+        self.started.append("warm")
+        self.running.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not cancelled():
+            time.sleep(0.01)
+        return 0
+
+
+def test_a_real_request_cancels_the_prefetch_running_ahead_of_it():
+    from codecue.models.config import ModelConfig
+    from codecue.server.worker import GenerationJob, ModelWorker
+
+    completer = SlowCompleter()
+    worker = ModelWorker(ModelConfig(target="t"), lambda choice: completer, idle_unload_s=None)
+    try:
+        ahead = GenerationJob(ModelConfig(target="t"), "slow prefetch", "", background=True)
+        ahead_future = worker.submit(ahead)
+        assert completer.running.wait(10)
+        started = time.monotonic()
+        real = worker.submit(GenerationJob(ModelConfig(target="t"), "real request", ""))
+        assert real.result(timeout=10).text == "done"
+        assert time.monotonic() - started < 5  # it did not wait for the prefetch's 10 s
+        assert ahead.is_cancelled and ahead_future.result(timeout=10).stop_reason == "cancelled"
+    finally:
+        worker.shutdown(unload=False)
+
+
+def test_queued_work_ahead_is_dropped_for_a_real_request_and_warming_is_cancelled():
+    from codecue.models.config import ModelConfig
+    from codecue.server.worker import GenerationJob, ModelWorker
+
+    completer = SlowCompleter()
+    worker = ModelWorker(ModelConfig(target="t"), lambda choice: completer, idle_unload_s=None)
+    try:
+        warm = worker.submit(GenerationJob(ModelConfig(target="t"), "w", "", background=True, warm_only=True))
+        assert completer.running.wait(10)
+        queued = GenerationJob(ModelConfig(target="t"), "slow queued prefetch", "", background=True)
+        queued_future = worker.submit(queued)
+        real = worker.submit(GenerationJob(ModelConfig(target="t"), "real", ""))
+        assert real.result(timeout=10).text == "done"
+        assert warm.result(timeout=10) is None and queued_future.result(timeout=1) is None
+        assert completer.started == ["warm", "real"]  # the queued prefetch never ran
+    finally:
+        worker.shutdown(unload=False)
+
+
+def test_warm_fills_the_cache_so_the_request_evaluates_only_what_changed(make_completer):
+    completer = make_completer(draft=None, draft_mode="none")
+    prompt = completer.build_prompt(SOURCE[:2000], SOURCE[2000:2400])
+    assert completer.warm(prompt, step=16) == len(prompt)
+    assert completer.warm(prompt) == 0  # already cached
+    cancelled = completer.warm(completer.build_prompt("x = 1\n" + SOURCE[:2000], ""), lambda: True)
+    assert cancelled == 0
+
+
+# -- a place the cache does not hold -------------------------------------------------------------
+def _fast_first_text(make_completer, prefill_ms: float | None = 6.0):
+    completer = make_completer(draft=None, draft_mode="none")
+    completer.config.budget = PromptBudget(total=900, suffix=64, extra=0, first_text_ms=600)
+    completer.prefill_ms_per_token = prefill_ms  # 600 ms / 6 ms: 100 new tokens at most
+    return completer
+
+
+def test_a_new_place_gets_a_prompt_within_the_first_text_limit(make_completer):
+    completer = _fast_first_text(make_completer)
+    cut = SOURCE.index("def step_30")
+    prefix, suffix = SOURCE[:cut], SOURCE[cut:cut + 600]
+    full = completer.build_prompt(prefix, suffix, full=True)
+    first = completer.build_prompt(prefix, suffix)
+    assert len(full) > 600 and completer.uncached(full) == len(full)
+    assert completer.fresh_token_limit() == 100
+    assert 60 < completer.uncached(first) <= 100  # a window around the cursor, no more
+    text = completer.tokenizer.decode(first)
+    assert text.endswith("<|fim_middle|>") and SOURCE[cut - 30:cut] in text and SOURCE[cut:cut + 20] in text
+
+
+def test_idle_warm_up_brings_back_the_full_prompt_and_typing_stays_cheap(make_completer):
+    completer = _fast_first_text(make_completer)
+    cut = SOURCE.index("def step_30")
+    prefix, suffix = SOURCE[:cut], SOURCE[cut:cut + 600]
+    completer.generate_ids(completer.build_prompt(prefix, suffix), max_tokens=2, k=0)
+    completer.prefill_ms_per_token = 6.0  # the tiny model prefills far faster: keep the 100-token limit
+    # The short prompt is cached now: the next keystroke at this place evaluates a few tokens.
+    typed = completer.build_prompt(prefix + "d", suffix)
+    assert len(typed) < 110 and completer.uncached(typed) <= 4
+    completer.warm_context(prefix, suffix)  # what the worker does in idle time
+    completer.prefill_ms_per_token = 6.0
+    again = completer.build_prompt(prefix + "d", suffix)
+    assert len(again) > 600 and completer.uncached(again) <= 4
+
+
+def test_no_limit_before_the_prefill_speed_is_known_and_it_is_learned(make_completer):
+    completer = _fast_first_text(make_completer, prefill_ms=None)
+    prompt = completer.build_prompt(SOURCE[:3000], SOURCE[3000:3600])
+    assert len(prompt) > 600  # nothing measured yet: the full prompt
+    completer.generate_ids(prompt, max_tokens=2, k=0)
+    assert completer.prefill_ms_per_token is not None and completer.prefill_ms_per_token > 0
+
+
+def test_the_worker_warms_the_full_prompt_when_idle_and_a_request_cancels_it(monkeypatch):
+    from codecue.models.config import ModelConfig
+    from codecue.server import worker as worker_module
+    from codecue.server.worker import GenerationJob, ModelWorker
+
+    monkeypatch.setattr(worker_module, "REFINE_AFTER_S", 0.2)
+    completer = SlowCompleter()
+    worker = ModelWorker(ModelConfig(target="t"), lambda choice: completer, idle_unload_s=None)
+    try:
+        assert worker.submit(GenerationJob(ModelConfig(target="t"), "first place", "")).result(timeout=10)
+        deadline = time.monotonic() + 10
+        while "warm" not in completer.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert completer.started == ["first place", "warm"]  # idle: the same place's full prompt
+        started = time.monotonic()
+        assert worker.submit(GenerationJob(ModelConfig(target="t"), "next", "")).result(timeout=10).text == "done"
+        assert time.monotonic() - started < 5  # the warm-up (10 s unless cancelled) gave way at once
+    finally:
+        worker.shutdown(unload=False)
+
+
+@pytest.mark.parametrize("suffix", ["\nnext_line()\n", "", ")\n"])
+@pytest.mark.parametrize("text", ["    return x\n    y = compu", "\n    total = price * qua", "a(1)\nb(2)\nc(",
+                                  "only_the_first_line_so_f"])
+def test_streamed_text_is_never_taken_back_by_the_final_tidying(text, suffix):
+    """Every state streamed while the text grows is a start of what is finally shown, whether the
+    generation stopped there (token limit) or the model ended it."""
+    from codecue.engine.postprocess import streamable
+
+    for reason in ("max_tokens", "eos"):
+        final = tidy_completion(text, "def f(x):\n", suffix, reason)
+        shown = [streamable(text[:n], "def f(x):\n", suffix) for n in range(1, len(text) + 1)]
+        assert all(final.startswith(part) for part in shown), (reason, final, shown)
+        if reason == "max_tokens":
+            assert "\n" not in text.strip() or not final.endswith(text.rsplit("\n", 1)[1])  # half line dropped

@@ -1,0 +1,57 @@
+"""``codecue bench --quality``: the points, the prompts of each variant and the scoring (no model)."""
+
+from __future__ import annotations
+
+from codecue.bench.quality import (
+    QualityPoint,
+    codecue_prompt,
+    llama_vim_prompt,
+    project_points,
+    score,
+    select_points,
+    summarise,
+)
+from codecue.engine.fim import FILE_SEP, FIM_MIDDLE, REPO_NAME
+
+
+def test_project_points_cover_four_languages_and_mark_cross_file_lines():
+    points = project_points()
+    assert {p.language for p in points} >= {"python", "typescript", "go", "rust"}
+    # totals.py calls apply_discount, which only tax.py defines; a line of plain arithmetic does not.
+    cross = next(p for p in points if p.path == "totals.py" and "apply_discount(net" in p.hole)
+    assert cross.cross_file and "tax.py" in dict(cross.others)
+    local = next(p for p in points if p.path == "tax.py" and "amount.quantize(CENT" in p.hole)
+    assert not local.cross_file  # CENT is tax.py's own, ROUND_HALF_UP the standard library's
+    chosen = select_points(points, 26)
+    assert len(chosen) >= 100 and len({p.language for p in chosen}) >= 4
+    assert sum(p.cross_file for p in chosen) > len(chosen) // 2
+
+
+def test_a_point_rebuilds_its_file():
+    point = next(p for p in project_points(languages=["go"]) if p.path == "limiter.go")
+    from codecue.bench.quality import PROJECTS_DIR
+
+    original = (PROJECTS_DIR / point.project / point.path).read_text()
+    assert point.prefix + point.hole + point.suffix == original
+
+
+def test_variants_render_the_layouts_and_the_peer(tiny_tokenizer):
+    point = next(p for p in project_points(languages=["python"]) if p.cross_file and p.path == "totals.py")
+    chunks = codecue_prompt(tiny_tokenizer, point, "psm-mid", "chunks")
+    assert chunks.startswith(REPO_NAME) and f"{FILE_SEP}totals.py\n" in chunks
+    none = codecue_prompt(tiny_tokenizer, point, "psm", "none")
+    assert REPO_NAME not in none and none.endswith(FIM_MIDDLE)
+    peer = llama_vim_prompt(tiny_tokenizer, point)
+    assert f"{FILE_SEP}filename\n" in peer and peer.endswith(FIM_MIDDLE + point.prefix.rsplit("\n", 1)[1])
+
+
+def test_scoring():
+    point = QualityPoint("p", "a.py", "python", 3, "def f(x):\n    ", "\n    return y\n", "y = g(x)", True, ())
+    good = score(point, "v", "y = g(x)\n    return y\n", "eos", 10, 1.0)
+    assert good.exact and good.edit_similarity == 1.0 and good.repeats_suffix and good.stops_right
+    assert good.shown == "y = g(x)"
+    wrong = score(point, "v", "y = h(x)\n    z = 1\n", "eos", 10, 1.0)
+    assert not wrong.exact and 0.3 < wrong.edit_similarity < 1.0 and not wrong.repeats_suffix
+    assert not wrong.stops_right
+    rows = summarise([good, wrong])
+    assert rows[0]["exact"] == 50.0 and rows[0]["n"] == 2 and rows[0]["repeats_suffix"] == 50.0
