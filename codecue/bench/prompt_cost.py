@@ -86,7 +86,7 @@ def _summary(costs: list[int]) -> dict[str, Any]:
 
 
 def prompt_costs(tokenizer, files: Sequence[Path], settings: Sequence[str] = (*LAYOUTS, "psm-mid:full"),
-                 budget: PromptBudget | None = None, first_tokens: int = 96) -> list[dict[str, Any]]:
+                 budget: PromptBudget | None = None, first_tokens: int = 64) -> list[dict[str, Any]]:
     """Each setting (a layout; ``:full`` = always the full prompt, else at most ``first_tokens`` new
     tokens at a place the cache does not hold) on each file."""
     base = budget or PromptBudget()

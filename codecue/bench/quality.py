@@ -43,9 +43,9 @@ PROJECTS_DIR = CORPUS_DIR / "projects"
 CONTEXTS = ("none", "heads", "chunks")
 # The prompt budget every variant gets (tokens): small enough for a CPU run of a few hundred prompts.
 QUALITY_BUDGET = dict(total=512, suffix=48, extra=192, anchor_lines=32)
-# Prompt tokens beyond the context that the server evaluates at a new place on a 2-core CPU (600 ms at
+# Prompt tokens beyond the context that the server evaluates at a new place on a 2-core CPU (400 ms at
 # ~6 ms per token); `--first-tokens` sets another.
-FIRST_TOKENS = 96
+FIRST_TOKENS = 64
 CHARS_PER_TOKEN = 3.2  # code: how many characters of chunks to pick per budget token (the builder cuts exactly)
 
 DEFINITION = {

@@ -49,9 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--replay, --prompt-cost: compare these prompt layouts (psm, psm-mid, spm), typing and "
                              "Enter at new places; LAYOUT:full always sends the full prompt (no shorter first "
                              "prompt)")
-    parser.add_argument("--first-tokens", type=int, default=96,
+    parser.add_argument("--first-tokens", type=int, default=64,
                         help="--prompt-cost, --quality: new prompt tokens allowed at a place the cache does not "
-                             "hold (the server derives it from its measured prefill speed; 96 ~ 600 ms on 2 cores)")
+                             "hold (the server derives it from its measured prefill speed; 64 ~ 400 ms on 2 cores)")
+    parser.add_argument("--keystrokes", type=int, default=40, help="--replay --layouts: characters to type")
     parser.add_argument("--interval-ms", type=float, default=150.0,
                         help="--replay: time between typed characters (a slower typist sees slower suggestions)")
     parser.add_argument("--enter-places", type=int, default=6, help="--replay --layouts: places to press Enter at")
@@ -422,7 +423,8 @@ def run_replay(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.layouts:
         report = run_layout_comparison(args.replay, config, args.layouts, max_tokens=args.max_tokens,
-                                       places=args.enter_places, interval_ms=args.interval_ms)
+                                       places=args.enter_places, interval_ms=args.interval_ms,
+                                       keystrokes=args.keystrokes)
         print(format_layouts(report))
     else:
         report = run_replay_pair(args.replay, config, max_tokens=args.max_tokens)

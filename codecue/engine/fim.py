@@ -43,7 +43,7 @@ class PromptBudget:
     # At a place the KV cache does not hold, evaluate no more prompt than this machine does in this long
     # before the first text (a shorter window, see :func:`shorter_budgets`); idle time warms the full
     # prompt. 0: always the full prompt.
-    first_text_ms: int = 600
+    first_text_ms: int = 400
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:

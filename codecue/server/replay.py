@@ -55,6 +55,7 @@ class Keystroke:
     final_text: str | None = None
     shown_text: str | None = None  # the latest suggestion text shown for this request
     predicted: bool = False  # the suggestion on screen when this key was pressed started with it
+    needs_generation: bool = True  # not answerable by type-through: not predicted, or the suggestion's end
 
     def first_text_ms(self) -> float | None:
         return None if self.first_text is None else (self.first_text - self.sent) * 1e3
@@ -225,6 +226,8 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
             key = Keystroke(i, ch, msg_id, time.perf_counter(), gap)
             on_screen = keys[-1].shown_text if keys else None
             key.predicted = bool(on_screen) and on_screen.startswith(ch)
+            # Type-through answers only while the suggestion goes on after the typed character.
+            key.needs_generation = not (key.predicted and len(on_screen or "") > len(ch))
             client.by_id[msg_id] = key
             keys.append(key)
             futures.append(future)
@@ -254,8 +257,9 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
         "first_text_ms": summarize(first),
         "final_ms": summarize(final),
         "first_text_ms_at_pauses": summarize(at_pauses),
-        # keystrokes the suggestion on screen did not predict: they need a new generation
-        "first_text_ms_new_generation": summarize([k.first_text_ms() for k in keys if not k.predicted]),
+        # keystrokes that need a new generation: the suggestion on screen did not predict them, or they
+        # completed it
+        "first_text_ms_new_generation": summarize([k.first_text_ms() for k in keys if k.needs_generation]),
         "generations": len(generations),
         "prefilled_tokens_mean": round(sum(prefilled) / len(prefilled), 1) if prefilled else None,
         "prefilled_tokens": prefilled,
