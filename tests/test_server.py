@@ -505,6 +505,33 @@ def test_replay_types_the_file_and_reports_reuse_side_by_side(make_completer, tm
     assert percentile([10.0, None, 30.0], 50) == 30.0 and percentile([None, None, 1.0], 50) is None
 
 
+def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_short_first_prompt(make_completer,
+                                                                                               tmp_path):
+    from codecue.server.replay import enter_lines, format_layouts, run_enter_replay
+
+    source = tmp_path / "sample.py"
+    text = "".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(80))
+    source.write_text(text)
+    completer = make_completer(draft=None, draft_mode="none")
+    completer.config.budget = PromptBudget(total=700, suffix=64, extra=0, first_text_ms=400)
+    full = run_enter_replay(source, completer, places=3, pause_ms=50, max_tokens=4)
+    lines = enter_lines(text, 3)
+    assert full["places"] == 3 and len(set(lines)) == 3 and lines == sorted(lines, reverse=True)
+    assert full["first_text_ms"]["shown"] + full["first_text_ms"]["censored"] == 3
+    # The tiny model prefills fast, so every place got its full prompt; at 10 ms a token (40 tokens in
+    # 400 ms) each new place evaluates about 40 tokens instead.
+    assert min(full["prefilled_tokens"]) > 200
+    completer.reset_caches()
+    slow = completer.prefill_ms_per_token = 10.0
+    completer._note_prefill = lambda *args, **kwargs: None  # keep the slow speed for this run
+    short = run_enter_replay(source, completer, places=3, pause_ms=50, max_tokens=4)
+    assert completer.prefill_ms_per_token == slow
+    assert max(short["prefilled_tokens"]) <= 45 and short["places"] == 3
+    table = format_layouts({"psm-mid": {"typing": {"first_text_ms_new_generation": full["first_text_ms"]},
+                                        "enter": short}})
+    assert "Enter at new place" in table
+
+
 def _initialized(bare_server):
     from codecue.server.transport import dispatch
 

@@ -18,12 +18,13 @@ reuse. :func:`run_replay_pair` runs both on one loaded model pair, for a side-by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -168,9 +169,11 @@ class _Client:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})
 
 
-async def _replay(completer: Completer, text: str, uri: str, language_id: str, *, reuse: bool, start: int,
-                  end: int, interval_s: float, pause_s: float, max_tokens: int,
-                  settle_s: float) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def _session(completer: Completer, max_tokens: int,
+                   reuse: bool = True) -> AsyncIterator[tuple[Any, _Client]]:
+    """A language server on ``completer`` (which stays the caller's) and an initialized client, over a
+    socket pair."""
     from codecue.models.config import ModelConfig
     from codecue.server.session import CodeCueServer
     from codecue.server.transport import serve_session
@@ -190,6 +193,19 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
         _, init = client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
                                                 "initializationOptions": {"maxTokens": max_tokens}})
         await asyncio.wait_for(init, 60)
+        yield server, client
+    finally:
+        client.writer.close()
+        serving.cancel()
+        server.completions.close()
+        await asyncio.gather(serving, return_exceptions=True)
+        await asyncio.to_thread(worker.shutdown, 60.0, False)  # the models belong to the caller
+
+
+async def _replay(completer: Completer, text: str, uri: str, language_id: str, *, reuse: bool, start: int,
+                  end: int, interval_s: float, pause_s: float, max_tokens: int,
+                  settle_s: float) -> dict[str, Any]:
+    async with _session(completer, max_tokens, reuse) as (server, client):
         client.notify("initialized", {})
         typed = text[start:end]
         doc = text[:start] + text[end:]
@@ -237,12 +253,6 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
         stats = server.stats
         snapshot = stats.snapshot()
         generations = list(stats.generations)[warmup_generations:]
-    finally:
-        client.writer.close()
-        serving.cancel()
-        server.completions.close()
-        await asyncio.gather(serving, return_exceptions=True)
-        await asyncio.to_thread(worker.shutdown, 60.0, False)  # the models belong to the caller
 
     first = [k.first_text_ms() for k in keys]
     final = [k.final_ms() for k in keys]
@@ -281,23 +291,8 @@ async def _enter_replay(completer: Completer, text: str, uri: str, language_id: 
                         pause_s: float, max_tokens: int, timeout_s: float) -> dict[str, Any]:
     """Enter at the end of ``places`` lines spread over the file, each after ``pause_s`` of quiet: the
     time from that keystroke (``didChange`` + ``inlineCompletion``, standard LSP only) to ghost text."""
-    from codecue.models.config import ModelConfig
-    from codecue.server.session import CodeCueServer
-    from codecue.server.transport import serve_session
-    from codecue.server.worker import ModelWorker
-
-    worker = ModelWorker(ModelConfig(), factory=lambda choice: completer, idle_unload_s=None, measure_costs=False)
-    server = CodeCueServer(worker)
-    server_sock, client_sock = socket.socketpair()
-    s_reader, s_writer = await asyncio.open_connection(sock=server_sock, limit=STREAM_LIMIT)
-    c_reader, c_writer = await asyncio.open_connection(sock=client_sock, limit=STREAM_LIMIT)
-    serving = asyncio.create_task(serve_session(server, s_reader, s_writer))
-    client = _Client(c_reader, c_writer)
     keys: list[Keystroke] = []
-    try:
-        _, init = client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                                "initializationOptions": {"maxTokens": max_tokens}})
-        await asyncio.wait_for(init, 60)
+    async with _session(completer, max_tokens) as (server, client):
         client.notify("initialized", {})
         doc, version = text, 1
         client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language_id,
@@ -326,12 +321,6 @@ async def _enter_replay(completer: Completer, text: str, uri: str, language_id: 
             keys.append(key)
             await asyncio.wait([future], timeout=timeout_s)
         generations = list(server.stats.generations)[1:]
-    finally:
-        client.writer.close()
-        serving.cancel()
-        server.completions.close()
-        await asyncio.gather(serving, return_exceptions=True)
-        await asyncio.to_thread(worker.shutdown, 60.0, False)
     return {"places": len(keys), "pause_s": pause_s, "first_text_ms": summarize([k.first_text_ms() for k in keys]),
             "final_ms": summarize([k.final_ms() for k in keys]),
             "prefilled_tokens": [g["prefilledTokens"] for g in generations],
