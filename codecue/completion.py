@@ -270,7 +270,10 @@ class Completer:
 
     @property
     def budget(self) -> PromptBudget:
-        return self.config.budget or PromptBudget()
+        budget = self.config.budget or PromptBudget()
+        if self.config.first_text_ms >= 0:
+            budget = replace(budget, first_text_ms=self.config.first_text_ms)
+        return budget
 
     def close(self) -> None:
         """Free both models now (a backend that holds native memory frees it in ``close``)."""

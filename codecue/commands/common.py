@@ -41,6 +41,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, unset_is_none: bool 
                    help="stop drafting when the draft's probability for its guess falls below this")
     g.add_argument("--draft-vocab", choices=DRAFT_VOCABS, default=default("draft_vocab"),
                    help="code: the draft scores only ASCII code tokens (cheaper; output unchanged)")
+    g.add_argument("--first-text-ms", type=int, default=None, metavar="MS",
+                   help="at a place the cache does not hold, evaluate at most this long of prompt before the "
+                        "first text (a shorter prompt; default 400; 0: always the full prompt)")
 
 
 def config_from_args(args: argparse.Namespace) -> ModelConfig:
@@ -55,7 +58,8 @@ def config_from_args(args: argparse.Namespace) -> ModelConfig:
     return ModelConfig(target=args.target, draft=args.draft, backend="auto" if backend == "remote" else backend,
                        draft_backend=args.draft_backend, dtype=given("dtype"), device=given("device"),
                        draft_mode=mode, k=0 if mode == "none" else given("k"),
-                       min_confidence=given("min_confidence"), draft_vocab=given("draft_vocab"))
+                       min_confidence=given("min_confidence"), draft_vocab=given("draft_vocab"),
+                       first_text_ms=given("first_text_ms"))
 
 
 def given_model_values(args: argparse.Namespace) -> dict[str, object]:

@@ -37,6 +37,7 @@ class ModelConfig:
     draft_vocab: str = "code"  # code: the draft's head scores only ASCII code tokens (when the backend can)
     n_ctx: int = 4096
     budget: PromptBudget | None = None  # the FIM prompt's token budget; None: the engine's default
+    first_text_ms: int = -1  # the budget's first_text_ms when >= 0 (0: always the full prompt); -1: the budget's
     remote: str | None = None  # a shared inference server's URL; the models above are then its fallback
 
     def validate(self) -> None:
@@ -82,7 +83,8 @@ class ModelConfig:
 #: The fields a client (the relay's hello) may set, by their camelCase name on the wire.
 WIRE_FIELDS = {"target": "target", "draft": "draft", "backend": "backend", "draftBackend": "draft_backend",
                "dtype": "dtype", "device": "device", "draftMode": "draft_mode", "k": "k",
-               "minConfidence": "min_confidence", "draftVocab": "draft_vocab", "remote": "remote"}
+               "minConfidence": "min_confidence", "draftVocab": "draft_vocab", "remote": "remote",
+               "firstTextMs": "first_text_ms"}
 _FIELD_TYPES = {f.name: {"int": int, "float": float}.get(str(f.type), str) for f in fields(ModelConfig)}
 
 

@@ -31,7 +31,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from codecue.document import PositionError, typed_since
-from codecue.engine.postprocess import combine_stops, suffix_repeat_stop
+from codecue.engine.postprocess import combine_stops, streamable, suffix_repeat_stop
 from codecue.server.context_hooks import CursorInfo
 from codecue.server.prompt import project_context, uri_to_path
 from codecue.server.stats import CancelRecord
@@ -271,12 +271,15 @@ class InlineCompletions:
         if not (text.startswith(sub.expect) if len(text) >= sub.offset else sub.expect.startswith(text)):
             self._restart(gen, sub)
             return
-        if len(text) <= sub.offset:
+        # Shown only as far as the final tidying will keep it (whole lines after the first, no repetition
+        # of the suffix): what the editor shows is never taken back.
+        shown = streamable(text, gen.prefix, gen.suffix)
+        if len(shown) <= sub.offset:
             return
         doc = self.server.documents.get(sub.request.uri)
         if doc is None or doc.version != sub.request.version:
             return  # the document moved on: a newer request is coming; show nothing stale meanwhile
-        self._send(sub.request, text[sub.offset:], done=False)
+        self._send(sub.request, shown[sub.offset:], done=False)
 
     def _on_done(self, gen: Generation, future: Future[GenerationResult | None]) -> None:
         server = self.server

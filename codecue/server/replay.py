@@ -451,8 +451,8 @@ def run_layout_comparison(file: str | Path, config: ModelConfig, layouts: Sequen
     out: dict[str, Any] = {}
     for name in layouts:
         layout, _, mode = name.partition(":")
-        completer.config.budget = replace(completer.budget, layout=layout,
-                                          first_text_ms=0 if mode == "full" else default_ms)
+        completer.config.budget = replace(completer.budget, layout=layout)
+        completer.config.first_text_ms = 0 if mode == "full" else default_ms
         completer.reset_caches()
         typing = run_replay(file, reuse=True, completer=completer, max_tokens=max_tokens, keystrokes=keystrokes,
                             interval_ms=interval_ms)

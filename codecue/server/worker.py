@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from codecue.engine.postprocess import streamable, tidy_completion
+from codecue.engine.postprocess import tidy_completion
 from codecue.models.config import ModelConfig
 from codecue.server.model_process import ModelProcessCrashed
 from codecue.server.prompt import stable_prefix
@@ -375,7 +375,7 @@ class ModelWorker:
                     k=job.k,
                     temperature=job.temperature,
                     stop_predicate=job.stop_predicate,
-                    on_text=_shown_while_streaming(job.on_text, job.prefix, job.suffix),
+                    on_text=job.on_text,
                     cancelled=job.poll_cancelled,
                     on_round=job.on_round,
                 )
@@ -401,24 +401,6 @@ class ModelWorker:
                 with self._cond:
                     self._running = None
                     self.last_activity = time.monotonic()
-
-
-def _shown_while_streaming(on_text: Callable[[str], None] | None, prefix: str,
-                           suffix: str) -> Callable[[str], None] | None:
-    """``on_text`` given only what :func:`~codecue.engine.postprocess.streamable` lets through, each time
-    it grew: text streamed to the editor is never taken back by the tidying of the final text."""
-    if on_text is None:
-        return None
-    shown = ""
-
-    def forward(text: str) -> None:
-        nonlocal shown
-        part = streamable(text, prefix, suffix)
-        if len(part) > len(shown) and part.startswith(shown):
-            shown = part
-            on_text(part)
-
-    return forward
 
 
 def _is_user_error(exc: BaseException) -> bool:
