@@ -24,6 +24,7 @@ from codecue.backends.base import common_prefix_length
 from codecue.engine.fim import LAYOUTS, PromptBudget, build_fim_prompt, prompt_within
 from codecue.server.prompt import stable_prefix
 from codecue.server.replay import choose_stretch, enter_lines
+from codecue.tables import markdown_table
 
 GENERATED_TOKENS = 16  # what each generation leaves in the cache after its prompt
 
@@ -107,7 +108,4 @@ def format_costs(rows: list[dict[str, Any]]) -> str:
     header = ("file", "lines", "layout", "typing p50", "typing p90", "Enter p50", "Enter p90")
     table = [header] + [(Path(r["file"]).name, str(r["lines"]), r["layout"], str(r["typing"]["p50"]),
                          str(r["typing"]["p90"]), str(r["enter"]["p50"]), str(r["enter"]["p90"])) for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in table]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "prompt tokens evaluated per keystroke that needs a new generation\n" + "\n".join(lines)
+    return "prompt tokens evaluated per keystroke that needs a new generation\n" + markdown_table(table)

@@ -38,6 +38,7 @@ from codecue.engine.fim import (
 )
 from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion
 from codecue.errors import CodeCueError
+from codecue.tables import markdown_table
 
 PROJECTS_DIR = CORPUS_DIR / "projects"
 CONTEXTS = ("none", "heads", "chunks")
@@ -338,10 +339,7 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
     table = [header] + [(r["variant"], r["points"], str(r["n"]), f"{r['exact']:.1f}", f"{r['edit_similarity']:.1f}",
                          f"{r['repeats_suffix']:.1f}", f"{r['stops_right']:.1f}", f"{r['prompt_tokens']:.0f}")
                         for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in table]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
+    return markdown_table(table)
 
 
 def rescore(records: list[dict[str, Any]], points: list[QualityPoint]) -> list[QualityRecord]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from codecue.commands.common import add_model_arguments, config_from_args
 from codecue.errors import CodeCueError
+from codecue.tables import markdown_table
 
 LANGUAGES = ["python", "javascript", "typescript", "go", "rust", "java", "c", "cpp"]
 DEFAULT_METHODS = ["target", "default", "draft", "ngram", "hybrid", "hf-assisted", "llama-target", "llama-lookup",
@@ -81,10 +82,7 @@ def format_table(summaries: list, methods: list[str]) -> str:
                      "-" if s.tokens_per_round is None else f"{s.tokens_per_round:.2f}",
                      f"{s.median_ttft_ms:.0f}", f"{s.median_tpot_ms:.1f}",
                      "-" if s.median_speedup is None else f"{s.median_speedup:.2f}x"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
+    return markdown_table(rows)
 
 
 def k_comparison(summaries: list, labels: list[str], records: list | None = None,
@@ -161,11 +159,8 @@ def format_k_comparison(comparison: dict) -> str:
         rows.append([r["language"], x(r["tuned"]), x(r["best_fixed"]), x(r["k4"]), ratio(r["tuned_vs_best_fixed"]),
                      r["identical"], x(r.get("hindsight")), ratio(r.get("hindsight_vs_best_fixed")),
                      *(x(r["fixed"][k]) for k in fixed_ks)])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in rows]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return ("median TPOT speedup over target-only, per language (hindsight: per point the fastest fixed K, "
-            "picked after the fact; a ceiling for any K choice)\n" + "\n".join(lines))
+            "picked after the fact; a ceiling for any K choice)\n" + markdown_table(rows))
 
 
 def draw_plot(summaries: list, methods: list[str], path: Path, title: str) -> None:

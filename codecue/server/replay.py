@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from codecue.errors import CodeCueError
 from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
+from codecue.tables import markdown_table
 
 if TYPE_CHECKING:
     from codecue.completion import Completer
@@ -431,6 +432,8 @@ def format_pair(pair: dict[str, Any]) -> str:
     lines = [head, f"{'':{width}}  {'reuse on':>14}  {'reuse off':>14}"]
     lines += [f"{name:{width}}  {a:>14}  {b:>14}" for name, a, b in rows]
     return "\n".join(lines)
+
+
 def run_layout_comparison(file: str | Path, config: ModelConfig, layouts: Sequence[str], *,
                           max_tokens: int = 32, places: int = 6, keystrokes: int = 40,
                           interval_ms: float = 150.0) -> dict[str, Any]:
@@ -471,7 +474,4 @@ def format_layouts(report: dict[str, Any]) -> str:
         new, enter = r["typing"]["first_text_ms_new_generation"], r["enter"]["first_text_ms"]
         rows.append((layout, str(new["shown"] + new["censored"]), ms(new["p50"]), ms(new["p90"]),
                      str(r["enter"]["places"]), ms(enter["p50"]), ms(enter["p90"])))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in rows]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "keystroke -> first ghost text\n" + "\n".join(lines)
+    return "keystroke -> first ghost text\n" + markdown_table(rows)
