@@ -343,8 +343,7 @@ class InlineCompletions:
         if doc.text != gen.prefix + gen.final + gen.suffix:
             return
         prefix = gen.prefix + gen.final
-        line = prefix.count("\n")
-        character = len(prefix[prefix.rfind("\n") + 1:].encode("utf-16-le")) // 2
+        line, character = doc.position_at(len(prefix))
         request = CompletionRequest(None, uri, doc.version, line, character, prefix, gen.suffix, doc.language_id)
         info = self.server.hooks.cursor(uri, doc.language_id, line, character)
         info.language = gen.info.language
@@ -353,7 +352,7 @@ class InlineCompletions:
         self.server.stats.prefetched += 1
         self._start(ahead, request, background=True)
 
-    def warm(self, uri: str, line: int | None = None, character: int | None = None) -> None:
+    def warm(self, uri: str, line: int = 0, character: int = 0) -> None:
         """Evaluate the prompt for a place in ``uri`` into the caches while the models are idle (a
         document was opened, or the editor said the cursor moved): cancelled by any real request."""
         server = self.server
@@ -362,10 +361,8 @@ class InlineCompletions:
             return
         if server.worker.loaded != server.model_config:
             return  # opening a file does not load the models; the first completion does
-        if line is None:
-            line, character = 0, 0
         try:
-            prefix, suffix = doc.split(line, character or 0)
+            prefix, suffix = doc.split(line, character)
         except PositionError:
             return
         if self.warming is not None:

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from codecue.document import utf16_length
 from codecue.errors import CodeCueError
 from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
 from codecue.tables import markdown_table
@@ -306,7 +307,7 @@ async def _enter_replay(completer: Completer, text: str, uri: str, language_id: 
             lines = doc.split("\n")
             line = lines[line_no]
             indent = line[: len(line) - len(line.lstrip())]
-            at = {"line": line_no, "character": len(line.encode("utf-16-le")) // 2}
+            at = {"line": line_no, "character": utf16_length(line)}
             version += 1
             lines.insert(line_no + 1, indent)
             lines[line_no] = line
