@@ -17,7 +17,7 @@ import torch
 
 from codecue.backends import CachedSequence, create_backend
 from codecue.backends.base import Backend, GPUOutOfMemory, common_prefix_length
-from codecue.engine.fim import PromptBudget, build_fim_prompt, prompt_within
+from codecue.engine.fim import PromptBudget, build_fim_prompt, prompt_within, uncached_tokens
 from codecue.engine.proposers import (
     DraftModelProposer,
     HybridProposer,
@@ -179,7 +179,7 @@ class Completer:
 
     def uncached(self, prompt: Sequence[int]) -> int:
         """How many tokens of ``prompt`` the target would evaluate (its KV cache holds the rest)."""
-        return len(prompt) - common_prefix_length(self.target.tokens, prompt)
+        return uncached_tokens(self.target.tokens, prompt)
 
     def fresh_token_limit(self) -> int | None:
         """Prompt tokens this machine evaluates within the budget's ``first_text_ms``, from the prefill
@@ -298,19 +298,16 @@ class Completer:
         fed = 0
         with self.lock:
             have = common_prefix_length(self.target.tokens, prompt)
-            if have >= len(prompt):
-                return 0
-            for end in range(min(len(prompt), have + step), len(prompt) + step, step):
+            ends = [*range(have + step, len(prompt), step), len(prompt)] if have < len(prompt) else []
+            for end in ends:
                 if cancelled is not None and cancelled():
                     break
-                end = min(end, len(prompt))
                 before, started = self.target.fed_tokens, time.perf_counter()
                 self.target.sync(prompt[:end], 1)
-                fed += self.target.fed_tokens - before
-                self._note_prefill(self.target.fed_tokens - before, (time.perf_counter() - started) * 1e3,
-                                   at_least=step)  # a bare evaluation: nothing else is timed
-                if end == len(prompt):
-                    break
+                evaluated = self.target.fed_tokens - before
+                fed += evaluated
+                # A bare evaluation, nothing else timed: ``step`` tokens already measure the prefill.
+                self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=step)
         return fed
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,

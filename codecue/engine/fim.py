@@ -72,7 +72,7 @@ def prompt_within(build: Callable[[PromptBudget], list[int]], budget: PromptBudg
     evaluates at most ``limit`` new tokens (or there is no limit), else the first of
     :func:`shorter_budgets` that does, else the one with the fewest new tokens."""
     def new_tokens(prompt: list[int]) -> int:
-        return len(prompt) - common_prefix_length(cached, prompt)
+        return uncached_tokens(cached, prompt)
 
     prompt = build(budget)
     if limit is None or new_tokens(prompt) <= limit:
@@ -80,6 +80,11 @@ def prompt_within(build: Callable[[PromptBudget], list[int]], budget: PromptBudg
     candidates = [prompt] + [build(b) for b in shorter_budgets(budget, limit)]
     fitting = [p for p in candidates if new_tokens(p) <= limit]
     return fitting[0] if fitting else min(candidates, key=new_tokens)
+
+
+def uncached_tokens(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many tokens of ``prompt`` a cache holding ``cached`` would evaluate (it keeps their common prefix)."""
+    return len(prompt) - common_prefix_length(cached, prompt)
 
 
 def _token_count(tokenizer, text: str) -> int:
@@ -184,8 +189,9 @@ def build_fim_text(
     files, ``path`` the current file's name (shown to the model when there is context)."""
     context_text, used_extra = render_context(tokenizer, extra_context, budget.extra)
     if context_text:
-        context_text += f"{FILE_SEP}{path or 'current'}\n"
-        used_extra += _token_count(tokenizer, f"{FILE_SEP}{path or 'current'}\n")
+        current_entry = f"{FILE_SEP}{path or 'current'}\n"
+        context_text += current_entry
+        used_extra += _token_count(tokenizer, current_entry)
     suffix_text = trim_suffix(tokenizer, suffix, budget.suffix)
     # The window around the cursor never takes the context's tokens, even when there is little context:
     # its start then depends on the cursor alone, and context turning over does not move it (the cache
