@@ -5,6 +5,7 @@ from __future__ import annotations
 from codecue.bench.quality import (
     QualityPoint,
     codecue_prompt,
+    file_heads,
     llama_vim_prompt,
     project_points,
     score,
@@ -55,3 +56,12 @@ def test_scoring():
     assert not wrong.stops_right
     rows = summarise([good, wrong])
     assert rows[0]["exact"] == 50.0 and rows[0]["n"] == 2 and rows[0]["repeats_suffix"] == 50.0
+
+
+def test_file_heads_same_language_other_documents_in_stable_order():
+    docs = [("file:///b.py", "python", "import b\n"), ("file:///a.py", "python", "import a\n" * 1000),
+            ("file:///me.py", "python", "mine"), ("file:///c.go", "go", "package c"), ("file:///e.py", "python", " ")]
+    got = file_heads(docs, "file:///me.py", "python", max_chars=50)
+    assert [p for p, _ in got] == ["/a.py", "/b.py"]
+    assert got[0][1] == "import a\n" * 5  # the head, cut at a line end
+    assert got[1][1] == "import b\n"

@@ -19,7 +19,7 @@ from codecue.server.context_hooks import blank_line_stop
 from codecue.server.framing import FrameTooLarge, encode_frame, read_frame
 from codecue.server.inline_completion import CompletionRequest, make_items, still_valid
 from codecue.server.options import ModelOptions, ServerOptions, parse_options
-from codecue.server.prompt import extra_context, stable_prefix
+from codecue.server.prompt import stable_prefix
 from codecue.server.transport import parse_host_port
 
 # -- options ----------------------------------------------------------------------------------------------
@@ -227,15 +227,6 @@ def test_stable_prefix_start_does_not_move_while_typing():
         starts.add(len(prefix + typed) - len(cut))
     assert starts == {start}
     assert stable_prefix("short", budget) == "short"
-
-
-def test_extra_context_same_language_other_documents_in_stable_order():
-    docs = [("file:///b.py", "python", "import b\n"), ("file:///a.py", "python", "import a\n" * 1000),
-            ("file:///me.py", "python", "mine"), ("file:///c.go", "go", "package c"), ("file:///e.py", "python", " ")]
-    got = extra_context(docs, "file:///me.py", "python", max_chars=50)
-    assert [p for p, _ in got] == ["/a.py", "/b.py"]
-    assert got[0][1] == "import a\n" * 5  # the head, cut at a line end
-    assert got[1][1] == "import b\n"
 
 
 # -- framing and message checks ---------------------------------------------------------------------------

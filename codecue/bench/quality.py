@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from codecue.engine.fim import (
 )
 from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion
 from codecue.errors import CodeCueError
+from codecue.server.prompt import uri_to_path
 from codecue.tables import markdown_table
 
 PROJECTS_DIR = CORPUS_DIR / "projects"
@@ -160,10 +161,28 @@ def _spread(items: list[QualityPoint], n: int) -> list[QualityPoint]:
 # -- prompts -----------------------------------------------------------------------------------------
 def old_heads(point: QualityPoint) -> list[tuple[str, str]]:
     """The context CodeCue sent before chunks: the heads of the first two other files by name."""
-    from codecue.server.prompt import extra_context
-
     docs = [(f"file:///{point.project}/{path}", point.language, text) for path, text in point.others]
-    return extra_context(docs, f"file:///{point.project}/{point.path}", point.language)
+    return file_heads(docs, f"file:///{point.project}/{point.path}", point.language)
+
+
+def file_heads(documents: Iterable[tuple[str, str, str]], uri: str, language_id: str,
+                  max_documents: int = 2, max_chars: int = 3000) -> list[tuple[str, str]]:
+    """The context CodeCue sent before chunks, kept as the bench's baseline: (path, text) pairs from other
+    open documents of the same language.
+
+    ``documents`` are (uri, language_id, text). Each contributes its head (imports and the first
+    definitions say most about a file) and they are ordered by URI, so the extra context, which comes
+    first in the prompt, stays the same while the user types in the current document.
+    """
+    same = sorted((u, t) for u, lang, t in documents if u != uri and lang == language_id and t.strip())
+    out = []
+    for other_uri, text in same[:max_documents]:
+        head = text[:max_chars]
+        cut = head.rfind("\n")
+        if len(text) > max_chars and cut > 0:
+            head = head[: cut + 1]
+        out.append((uri_to_path(other_uri), head))
+    return out
 
 
 def chunk_context(point: QualityPoint, budget: PromptBudget) -> list[tuple[str, str]]:

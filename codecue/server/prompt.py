@@ -1,5 +1,5 @@
-"""What the server puts around the cursor: a prefix whose start does not move while typing, and a little
-context from other open documents of the same language.
+"""What the server puts around the cursor: a prefix whose start does not move while typing, and chunks of
+the project's other documents chosen for the cursor.
 
 The KV caches are reused up to the first token that differs from the previous request, so the prompt's
 beginning must stay put from keystroke to keystroke. :func:`codecue.engine.fim.trim_prefix` drops
@@ -10,7 +10,6 @@ only when the cursor has travelled a whole block.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from codecue.context.chunks import ChunkPool, query_around
@@ -40,25 +39,6 @@ def stable_prefix(prefix: str, budget: PromptBudget) -> str:
         if offset == 0:  # fewer lines than that: the cursor line itself is huge
             return prefix[-max_chars:]
     return prefix[offset:]
-
-
-def extra_context(documents: Iterable[tuple[str, str, str]], uri: str, language_id: str,
-                  max_documents: int = 2, max_chars: int = 3000) -> list[tuple[str, str]]:
-    """(path, text) pairs from other open documents of the same language, for the FIM prompt.
-
-    ``documents`` are (uri, language_id, text). Each contributes its head (imports and the first
-    definitions say most about a file) and they are ordered by URI, so the extra context, which comes
-    first in the prompt, stays the same while the user types in the current document.
-    """
-    same = sorted((u, t) for u, lang, t in documents if u != uri and lang == language_id and t.strip())
-    out = []
-    for other_uri, text in same[:max_documents]:
-        head = text[:max_chars]
-        cut = head.rfind("\n")
-        if len(text) > max_chars and cut > 0:
-            head = head[: cut + 1]
-        out.append((uri_to_path(other_uri), head))
-    return out
 
 
 # Characters of chunks picked per token of the context budget; the prompt builder then cuts to the exact
