@@ -1,7 +1,8 @@
 """``codecue bench --quality``: what completions say, on held-out multi-file projects.
 
-Each point removes one line of a project file (from its indentation to its end); the model sees the
-rest of the file around the cursor and, depending on the variant, context from the project's other
+Each point removes one line of a project file (from its indentation to its end; in every other point
+the line's first words stay, as if typed: :func:`typed_point`); the model sees the rest of the file
+around the cursor and, depending on the variant, context from the project's other
 files. A point is *cross-file* when the removed line uses a name that only another file of the project
 defines: there the answer depends on the context.
 

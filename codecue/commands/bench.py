@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="completion quality on held-out multi-file projects: exact match, edit similarity, "
                              "suffix repetition, stops, per prompt layout and context, and a llama.vim-style peer")
     parser.add_argument("--variants", nargs="+", default=None,
-                        help="--quality: prompt variants LAYOUT/CONTEXT (psm|psm-mid|spm / none|heads|chunks) "
+                        help="--quality: prompt variants LAYOUT/CONTEXT[/first] (psm|psm-mid|spm / "
+                             "none|heads|chunks; /first: the short prompt of a place the cache does not hold) "
                              "or llama.vim")
     parser.add_argument("--per-language", type=int, default=26, help="--quality: points per language")
     parser.add_argument("--line-start-only", action="store_true",
