@@ -12,6 +12,7 @@ extmark engine (what 0.10/0.11 use).
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,25 @@ def test_dismiss_hides_and_keys_fall_through_when_nothing_is_shown(start, tmp_pa
     nvim.type("<Tab>")
     # (python's ftplugin sets expandtab: the tab becomes spaces up to the next stop)
     nvim.wait_for(lambda: nvim.lines() == [TYPED + "  "], "a tab inserted")
+
+
+@pytest.mark.parametrize("native", engines())
+def test_an_answer_that_crosses_the_dismissal_stays_hidden(start, tmp_path, native):
+    nvim, log = start(native, answer_delay_ms=1500)
+    open_python(nvim, tmp_path)
+    nvim.type("i" + TYPED)
+    # The whole text streamed (the answer itself is held back by the server)...
+    nvim.wait_for(lambda: nvim.visible() == COMPLETION, "the streamed completion")
+    assert responses(log) == []
+    nvim.type("<C-]>")
+    nvim.wait_for(lambda: nvim.visible() is None, "the suggestion dismissed")
+    # ...then the answer arrives although the request was cancelled: nothing may come back on screen.
+    nvim.wait_for(lambda: responses(log), "the server's answer")
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        assert nvim.visible() is None
+        time.sleep(0.05)
+    assert nvim.lines() == [TYPED]
 
 
 @pytest.mark.parametrize("native", engines())

@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,10 @@ def build_server(options: argparse.Namespace) -> MockCodeCueServer:
                 "requestId": request_id,
             },
         )
+        if ls.options.answer_delay_ms:
+            # Blocks the event loop: the answer is as good as on the wire, and a $/cancelRequest sent
+            # now is read only after it went out (a cancel that crosses the answer).
+            time.sleep(ls.options.answer_delay_ms / 1000)
         ls.completions += 1
         ls.log_event(event="response", id=request_id, text=text)
         items = [
@@ -157,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-chars", type=int, default=40, help="characters per completion")
     parser.add_argument("--chunk", type=int, default=6, help="characters per partial notification")
     parser.add_argument("--delay-ms", type=float, default=30.0, help="pause between partial notifications")
+    parser.add_argument(
+        "--answer-delay-ms", type=float, default=0.0, help="pause between the last partial and the answer"
+    )
     parser.add_argument("--items", type=int, default=1, help="number of alternative items")
     parser.add_argument("--log", help="append one JSON object per event to this file")
     parser.add_argument(

@@ -15,6 +15,7 @@ local M = {}
 ---@field position lsp.Position  as sent (the server's coordinates)
 ---@field version integer|nil    document version the server saw
 ---@field done boolean           the final response has arrived (or the request ended)
+---@field cancelled boolean|nil  cancelled by us: its answer, if one still comes, is not shown
 
 ---@class codecue.Stream : codecue.Anchor
 ---@field text string            full text streamed so far, from the anchor

@@ -74,7 +74,7 @@ local function request(client_id, bufnr)
   }
   local ok, id = compat.request(client, INLINE_COMPLETION, params, function(err, result)
     req.done = true
-    if state.request ~= req or not M.enabled or not api.nvim_buf_is_valid(bufnr) then
+    if req.cancelled or state.request ~= req or not M.enabled or not api.nvim_buf_is_valid(bufnr) then
       return
     end
     if err then

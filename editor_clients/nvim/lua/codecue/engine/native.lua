@@ -52,6 +52,10 @@ local function wrap_requests(client)
     local state = suggestion.get(target)
     local function on_answer(err, result, ctx)
       request.done = true
+      -- A server may answer a request it was told to cancel; a dismissed suggestion stays dismissed.
+      if request.cancelled then
+        return handler(nil, nil, ctx)
+      end
       if err or result == nil or not M.enabled then
         return handler(err, M.enabled and result or nil, ctx)
       end

@@ -100,7 +100,7 @@ function M.cancel(bufnr)
   if not request or request.done or not request.id then
     return
   end
-  request.done = true
+  request.done, request.cancelled = true, true
   local client = vim.lsp.get_client_by_id(request.client_id)
   if client and not compat.is_stopped(client) then
     compat.cancel(client, request.id)
