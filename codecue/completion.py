@@ -70,7 +70,7 @@ def check_same_tokenizer(target: Any, draft: Any) -> None:
 def _apply_plan(config: ModelConfig, target_src: Any) -> ModelConfig:
     """``--backend auto`` for a GGUF target on a CPU: the runtime plan's choice for this machine."""
     from codecue.backends import cuda_available
-    from codecue.models.requantize import AS_IS, requantized
+    from codecue.models.requantize import AS_IS
     from codecue.models.resolve import resolve_model
     from codecue.tuning.plan import make_plan
 
@@ -83,11 +83,10 @@ def _apply_plan(config: ModelConfig, target_src: Any) -> ModelConfig:
     chosen = plan.chosen
     log.info("runtime plan: %s (%s)", chosen.label, plan.reason)
     mode = config.draft_mode if chosen.speculative else "none"
-    target = config.target
-    if chosen.layout != AS_IS:
-        target = str(requantized(target_src.path, chosen.layout))
-    return replace(config, target=target, backend=chosen.backend, draft_backend=chosen.draft_backend,
-                   draft_mode=mode, k=0 if mode == "none" else config.k)
+    target, draft = chosen.files(target_src.path, draft_src.path if draft_src else None)
+    return replace(config, target=target if chosen.layout != AS_IS else config.target,
+                   draft=draft if chosen.draft_layout != AS_IS else config.draft, backend=chosen.backend,
+                   draft_backend=chosen.draft_backend, draft_mode=mode, k=0 if mode == "none" else config.k)
 
 
 class Completer:

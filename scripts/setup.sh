@@ -25,7 +25,7 @@ if ! "$VPY" -c 'import torch' 2>/dev/null; then
 fi
 
 step "installing codecue and its dependencies"
-"$VPY" -m pip install -q -e '.[dev,server]'
+"$VPY" -m pip install -q -e '.[dev,server,openvino]'
 
 # llama.cpp is compiled from source (about 5 minutes on 2 cores, once per CPU: the wheel is cached), from
 # llama-cpp-python's sdist with CodeCue's patches (scripts/patches/: the AMX tile-configuration fix that

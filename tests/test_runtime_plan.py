@@ -171,7 +171,7 @@ def test_plan_offers_a_derived_layout_only_when_it_keeps_quality_and_serves_it_w
     monkeypatch.setattr(requantize, "MEASURED_QUALITY", {(name, "q4_0"): requantize.LayoutQuality(1.01, 0.95, 100)})
     plan = make_plan(target, draft, profile, llamacpp=True)
     derived = [r.candidate for r in plan.rows if r.candidate.layout == "q4_0"]
-    assert [c.speculative for c in derived] == [False, True]
+    assert [(c.speculative, c.draft_layout) for c in derived] == [(False, "as-is"), (True, "as-is"), (True, "q4_0")]
     derived_file = derived[0].target_file(target)
     assert derived_file != target and derived_file == str(requantize.derived_path(Path(target), "q4_0"))
 
@@ -183,3 +183,29 @@ def test_plan_offers_a_derived_layout_only_when_it_keeps_quality_and_serves_it_w
     # A changed source file is another source: its derived file (and costs) are not the old ones.
     Path(target).write_bytes(b"t" * 101)
     assert derived[0].target_file(target) != derived_file
+
+
+def test_plan_offers_the_draft_re_quantized_and_serves_it_when_its_measurement_is_fastest(costs_file, pair):
+    from codecue.models import requantize
+
+    target, draft = pair
+    profile = profile_with_rounds({RoundRecord(4, 4, 4): 6, RoundRecord(4, 2, 4): 2})
+    plan = make_plan(target, draft, profile, llamacpp=True)
+    cheaper = [r.candidate for r in plan.rows if r.candidate.draft_layout == "q4_0"]
+    assert [(c.layout, c.speculative) for c in cheaper] == [(requantize.AS_IS, True)]
+    candidate = cheaper[0]
+    assert "draft as Q4_0" in candidate.label and candidate.target_file(target) == target
+    derived_draft = candidate.draft_file(draft)
+    assert derived_draft == str(requantize.derived_path(Path(draft), "q4_0")) != draft
+
+    # The same target with the shipped draft: a dear draft, no gain. With the draft re-quantized the
+    # draft step is cheap: speculation pays, and its costs are the derived draft's, not the shipped one's.
+    store_machine_costs(MachineCosts("llamacpp", 80.0, 10.0, CostModel(1.4, 1.4, (1.0, 1.2, 1.3, 1.4, 1.5))),
+                        target, draft)
+    plan = make_plan(target, draft, profile, llamacpp=True)
+    assert plan.chosen == LLAMACPP_TARGET_ONLY and plan.row(candidate).measured is None
+    store_machine_costs(MachineCosts("llamacpp", 80.0, 10.0, CostModel(0.1, 0.1, (1.0, 1.2, 1.3, 1.4, 1.5))),
+                        target, derived_draft)
+    plan = make_plan(target, draft, profile, llamacpp=True)
+    row = plan.row(candidate)
+    assert plan.chosen == candidate and row.k > 0 and row.ms_per_token < 80.0

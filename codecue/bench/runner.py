@@ -27,6 +27,8 @@ PEER_METHODS = {
     "llama-target": "llama.cpp's own greedy target-only decode",
     "llama-lookup": "llama-cpp-python's own prompt-lookup speculative decoding",
     "llama-draft": "llama.cpp-style draft-model speculation in llama-cpp-python's loop",
+    "ov-target": "OpenVINO GenAI's greedy target-only decode (GGUF reader)",
+    "ov-draft": "OpenVINO GenAI's speculative decoding, draft re-quantized to Q4_0",
 }
 
 

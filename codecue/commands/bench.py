@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     from codecue.bench.runner import PEER_METHODS, TUNED, is_engine_method, run_points, summarise
     from codecue.completion import Completer
     from codecue.engine.fim import PromptBudget
-    from codecue.models.requantize import AS_IS, requantized
+    from codecue.models.requantize import AS_IS
     from codecue.models.resolve import resolve_model
 
     if args.replay:
@@ -248,12 +248,13 @@ def run(args: argparse.Namespace) -> int:
             args.draft_backend = plan.chosen.draft_backend or plan.chosen.backend
             print(f"runtime plan: {plan.chosen.label} ({plan.reason})", file=sys.stderr)
     served = config
-    if plan is not None and plan.chosen.layout != AS_IS:
-        # The plan serves the target re-quantized here; the peers keep the shipped file (the plain decoder
-        # a user would otherwise run), so their outputs differ from ours by the layout, not by the decoding.
-        served = replace(config, target=str(requantized(resolve_model(config.target, "target").path,
-                                                        plan.chosen.layout)))
-        print(f"target served as {plan.chosen.layout}: {served.target}", file=sys.stderr)
+    if plan is not None and (plan.chosen.layout, plan.chosen.draft_layout) != (AS_IS, AS_IS):
+        # The plan serves a file re-quantized here; the peers keep the shipped files (the plain decoder a
+        # user would otherwise run), so their outputs differ from ours by the layout, not by the decoding.
+        target, draft = plan.chosen.files(resolve_model(config.target, "target").path,
+                                          resolve_model(config.draft, "draft").path)
+        served = replace(config, target=target, draft=draft)
+        print(f"served: target {served.target}, draft {served.draft}", file=sys.stderr)
     backends = args.backends or [plan.chosen.backend if plan else args.backend]
     records = []
     labels = []
@@ -271,7 +272,8 @@ def run(args: argparse.Namespace) -> int:
         name = completer.runtime
         label = (lambda m, name=name: f"{name}:{m}") if len(backends) > 1 else (lambda m: m)
         # peers run once, next to the backend they belong to
-        extra = _llama_peer_methods(completer, config, args.max_tokens) if i == 0 else {}
+        extra = ({**_llama_peer_methods(completer, config, args.max_tokens),
+                  **_openvino_peer_methods(completer, config, args.max_tokens, methods)} if i == 0 else {})
         extra[DEFAULT_METHOD] = _default_method(completer, plan, args.max_tokens)
         wanted = [m for m in methods if is_engine_method(m) or m in extra
                   or (m == "hf-assisted" and name == "torch")]
@@ -348,6 +350,37 @@ def _llama_peer_methods(completer, config, max_tokens: int) -> dict:
     return {m: make(m) for m in ("llama-target", "llama-lookup", "llama-draft")}
 
 
+def _openvino_peer_methods(completer, config, max_tokens: int, methods: list[str]) -> dict:
+    """OpenVINO GenAI's decoding on the shipped target GGUF (and a Q4_0 copy of the draft), where asked for."""
+    wanted = [m for m in ("ov-target", "ov-draft") if m in methods]
+    if not wanted:
+        return {}
+    from codecue.bench.openvino_peers import converted_draft_dir, get_openvino_peers
+    from codecue.bench.runner import RunRecord
+    from codecue.models.requantize import requantized
+    from codecue.models.resolve import resolve_model
+    from codecue.paths import cache_dir
+
+    target = resolve_model(config.target, "target")
+    if target.kind != "gguf":
+        raise CodeCueError("the OpenVINO peers need a GGUF target")
+    draft_dir = None
+    if "ov-draft" in wanted:
+        draft = resolve_model(config.draft, "draft")
+        draft_dir = converted_draft_dir(requantized(draft.path, "q4_0"), cache_dir())
+    peers = get_openvino_peers(target.path, draft_dir)
+
+    def make(mode: str):
+        def run_peer(point, prompt):
+            fn = peers.target_only if mode == "ov-target" else peers.draft_model
+            ids, t = fn(prompt, max_tokens, stop_ids=completer.eos_ids)
+            return RunRecord("", "", mode, list(ids), completer.decode(list(ids)), t["ttft_ms"], t["tpot_ms"],
+                             t["total_ms"], len(ids))
+        return run_peer
+
+    return {m: make(m) for m in wanted}
+
+
 def _plan_for(config) -> Any:
     """The runtime plan for the configured pair (None where it does not apply: not GGUF, CUDA)."""
     from codecue.backends import cuda_available
@@ -390,7 +423,7 @@ def peer_ratio_lines(records: list, labels: list[str]) -> list[str]:
         return []
     lines = []
     for label in labels:
-        if label.startswith("llama-"):
+        if label.startswith(("llama-", "ov-")):
             continue
         ratios = [plain[r.point] / r.tpot_ms for r in records if r.method == label and r.point in plain and r.tpot_ms > 0]
         if ratios:

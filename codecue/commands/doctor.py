@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from codecue.commands.common import add_model_arguments
@@ -25,21 +26,21 @@ def _cpu_line() -> tuple[str, list[str]]:
     return cpu_model_name(), sorted(f for f in flags if f.startswith(("amx", "avx512f", "avx512_bf16", "avx_vnni")))
 
 
-def _measure(candidate: Any, target: Any, args: argparse.Namespace) -> None:
+def _measure(candidate: Any, target: Any, draft: Any, args: argparse.Namespace) -> None:
     from dataclasses import replace
 
     from codecue.commands.common import config_from_args
     from codecue.completion import Completer
-    from codecue.models.requantize import AS_IS, derived_path, requantized
     from codecue.tuning.machine_costs import store_machine_costs
 
-    target_file = str(target.path)
-    if candidate.layout != AS_IS:
-        if not derived_path(target.path, candidate.layout).is_file():
-            print(f"re-quantizing {target.path.name} to {candidate.layout} ...", file=sys.stderr, flush=True)
-        target_file = str(requantized(target.path, candidate.layout))
-    config = replace(config_from_args(args), target=target_file, backend=candidate.backend,
-                     draft_backend=candidate.draft_backend, draft_mode=candidate.draft_mode)
+    for source, made in ((target.path, candidate.target_file(str(target.path))),
+                         (draft.path, candidate.draft_file(str(draft.path)))):
+        if made != str(source) and not Path(made).is_file():
+            print(f"re-quantizing {source.name} ...", file=sys.stderr, flush=True)
+    target_file, draft_file = candidate.files(target.path, draft.path)
+    config = replace(config_from_args(args), target=target_file, draft=draft_file,
+                     backend=candidate.backend, draft_backend=candidate.draft_backend,
+                     draft_mode=candidate.draft_mode)
     print(f"measuring {candidate.label} ...", file=sys.stderr, flush=True)
     completer = Completer.load(config)
     try:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if args.measure:
         for row in plan.rows:
             if row.measured is None:
-                _measure(row.candidate, target, args)
+                _measure(row.candidate, target, draft, args)
         plan = make_plan(str(target.path), str(draft.path))
     report["costs_file"] = str(costs_file())
     report["plan"] = [{

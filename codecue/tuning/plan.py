@@ -3,8 +3,8 @@
 Candidates are the runtimes and pairings present: llama.cpp target-only, llama.cpp speculative (target
 and draft on llama.cpp), torch target with a llama.cpp draft, and torch; on llama.cpp also the target in
 each derived weight layout that keeps its quality (:mod:`codecue.models.requantize`), target-only and
-speculative. Each is priced with what was
-measured on this machine (:mod:`codecue.tuning.machine_costs`) and the profile's recorded rounds: expected
+speculative, and speculative with the draft re-quantized (:data:`DRAFT_LAYOUTS`). Each is priced with
+what was measured on this machine (:mod:`codecue.tuning.machine_costs`) and the profile's recorded rounds: expected
 time per token = target step / replayed speedup at the best K (1 for target-only), time to first token =
 prefill per token x a typical prompt. The plan picks the lowest time per token, then the lowest TTFT.
 Unmeasured candidates are listed but never chosen; with nothing measured the plan falls back to the
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codecue.engine.rounds import RoundRecord
-from codecue.models.requantize import AS_IS, derived_path, offered_layouts
+from codecue.models.requantize import AS_IS, derived_path, offered_layouts, requantized
 from codecue.tuning.k_choice import DEFAULT_K_MAX, best_k_replay
 from codecue.tuning.machine_costs import MachineCosts, load_machine_costs
 from codecue.tuning.profile import Profile, load_profile
@@ -28,20 +28,38 @@ TYPICAL_PROMPT_TOKENS = 1000
 TIE = 0.02  # time-per-token estimates within 2% are a tie; TTFT decides
 
 
+#: Layouts a llama.cpp draft is also offered in. A draft needs no quality bound (every token it guesses is
+#: verified by the target); only its speed matters, and Q4_0 has fast kernels on more CPUs than the
+#: shipped draft's Q5_0 (no AMX kernel).
+DRAFT_LAYOUTS = ("q4_0",)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One way to serve: the target's runtime, the draft's (None: no draft), the drafting mode, and the
-    target's weight layout (as shipped, or re-quantized here)."""
+    target's and the draft's weight layouts (as shipped, or re-quantized here)."""
 
     label: str
     backend: str
     draft_backend: str | None
     draft_mode: str
     layout: str = AS_IS
+    draft_layout: str = AS_IS
 
     def target_file(self, target: str) -> str:
         """The model file this candidate serves as the target (a derived one may not exist yet)."""
         return target if self.layout == AS_IS else str(derived_path(Path(target), self.layout))
+
+    def draft_file(self, draft: str) -> str:
+        """The model file this candidate drafts with (a derived one may not exist yet)."""
+        return draft if self.draft_layout == AS_IS else str(derived_path(Path(draft), self.draft_layout))
+
+    def files(self, target: Path, draft: Path | None) -> tuple[str, str | None]:
+        """The target and draft files to load, re-quantizing here what is not made yet (seconds, once)."""
+        target_file = str(target if self.layout == AS_IS else requantized(target, self.layout))
+        if draft is None or not self.speculative or self.draft_layout == AS_IS:
+            return target_file, None if draft is None else str(draft)
+        return target_file, str(requantized(draft, self.draft_layout))
 
     @property
     def runtime(self) -> str:
@@ -61,7 +79,8 @@ TORCH_WITH_LLAMACPP_DRAFT = Candidate("torch target + llama.cpp draft", "torch",
 TORCH_SPECULATIVE = Candidate("torch speculative", "torch", "torch", "hybrid")
 
 
-def candidates(llamacpp: bool | None = None, layouts: tuple[str, ...] = ()) -> list[Candidate]:
+def candidates(llamacpp: bool | None = None, layouts: tuple[str, ...] = (),
+               draft_layouts: tuple[str, ...] = ()) -> list[Candidate]:
     if llamacpp is None:
         llamacpp = importlib.util.find_spec("llama_cpp") is not None
     torch_only = [TORCH_SPECULATIVE]
@@ -70,7 +89,13 @@ def candidates(llamacpp: bool | None = None, layouts: tuple[str, ...] = ()) -> l
     derived = [Candidate(f"{base.label}, target as {layout.upper()}", base.backend, base.draft_backend,
                          base.draft_mode, layout)
                for layout in layouts for base in (LLAMACPP_TARGET_ONLY, LLAMACPP_SPECULATIVE)]
-    return [LLAMACPP_TARGET_ONLY, LLAMACPP_SPECULATIVE, *derived, TORCH_WITH_LLAMACPP_DRAFT, *torch_only]
+    spec = LLAMACPP_SPECULATIVE
+    derived_drafts = [Candidate(spec.label + (f", target as {layout.upper()}" if layout != AS_IS else "")
+                                + f", draft as {draft_layout.upper()}", spec.backend, spec.draft_backend,
+                                spec.draft_mode, layout, draft_layout)
+                      for layout in (AS_IS, *layouts) for draft_layout in draft_layouts]
+    return [LLAMACPP_TARGET_ONLY, LLAMACPP_SPECULATIVE, *derived, *derived_drafts, TORCH_WITH_LLAMACPP_DRAFT,
+            *torch_only]
 
 
 @dataclass(frozen=True)
@@ -117,6 +142,7 @@ def measured_for(candidate: Candidate, target: str, draft: str | None) -> Machin
     """What this machine measured for the candidate. A target-only candidate also takes the target timings
     of a speculative measurement on the same runtime (the target step is the same)."""
     target = candidate.target_file(target)
+    draft = candidate.draft_file(draft) if draft else None
     if not candidate.speculative:
         own = load_machine_costs(candidate.runtime, target, None)
         if own is not None or draft is None:
@@ -135,7 +161,9 @@ def make_plan(target: str, draft: str | None, profile: Profile | None = None,
     profile = profile if profile is not None else load_profile()
     rounds = all_rounds(profile)
     layouts = tuple(offered_layouts(Path(target))) if Path(target).suffix == ".gguf" else ()
-    rows = [price(c, measured_for(c, target, draft), rounds, profile.k_max) for c in candidates(llamacpp, layouts)]
+    draft_layouts = DRAFT_LAYOUTS if draft and Path(draft).suffix == ".gguf" else ()
+    rows = [price(c, measured_for(c, target, draft), rounds, profile.k_max)
+            for c in candidates(llamacpp, layouts, draft_layouts)]
     priced = [r for r in rows if r.ms_per_token is not None]
     if not priced:
         # Loaded with its draft but decoding target-only (K = 0 while costs are unknown), so that the
