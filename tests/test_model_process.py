@@ -195,3 +195,41 @@ def test_create_backend_uses_the_checked_layout(check_cache, tmp_path, monkeypat
         assert len(warnings) == 1 and "SIGSEGV" in warnings[0] and "plain" in warnings[0]
     finally:
         backend.close()
+
+
+def test_the_faster_attention_kernel_is_measured_once_per_model_and_used(check_cache, tmp_path, monkeypatch):
+    pytest.importorskip("llama_cpp")
+    from codecue.backends import create_backend, native_check
+    from codecue.backends import llamacpp as llamacpp_module
+    from codecue.models.resolve import ModelSource
+    from codecue.testing_gguf import build_tiny_gguf
+
+    model = build_tiny_gguf(tmp_path / "tiny.gguf", seed=0)
+    timed: list[bool] = []
+    real_step = native_check._step_ms
+
+    def step_ms(path, repack, flash_attn, repeats=5):
+        timed.append(flash_attn)
+        real = real_step(path, repack, flash_attn, repeats)
+        assert real > 0
+        return 1.0 if flash_attn else 2.0  # measured for real; the verdict made deterministic
+
+    monkeypatch.setattr(native_check, "_step_ms", step_ms)
+    assert native_check.faster_attention(model, True) is True and sorted(timed) == [False, True]
+    assert native_check.faster_attention(model, True) is True and len(timed) == 2  # cached
+    monkeypatch.setattr(native_check, "_step_ms", lambda *a, **k: 2.0 if a[2] else 1.0)
+    assert native_check.faster_attention(model, False) is False  # another layout: measured again
+
+    loaded: list[object] = []
+    real_load = llamacpp_module.LlamaCppBackend.load
+
+    def load(path, *args, **kwargs):
+        loaded.append(kwargs.get("flash_attn"))
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(llamacpp_module.LlamaCppBackend, "load", staticmethod(load))
+    backend = create_backend(ModelSource(kind="gguf", path=model, name="tiny"), "llamacpp", n_ctx=128)
+    backend.close()
+    assert loaded == [True]  # the check's layout (repack) and its measured kernel
+    monkeypatch.setenv("CODECUE_NATIVE_CHECK", "0")
+    assert native_check.faster_attention(model, True) is None

@@ -93,7 +93,11 @@ def create_backend(
             from codecue.backends.llamacpp import LlamaCppBackend, _load_lib
 
             _load_lib()
-            return LlamaCppBackend.load(source.path, n_ctx=n_ctx, repack=checked_llamacpp_layout(source.path))
+            from codecue.backends.native_check import faster_attention
+
+            repack = checked_llamacpp_layout(source.path)
+            return LlamaCppBackend.load(source.path, n_ctx=n_ctx, repack=repack,
+                                        flash_attn=faster_attention(source.path, repack))
         except BackendUnavailable as exc:
             if backend == "llamacpp":
                 raise
