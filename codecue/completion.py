@@ -117,6 +117,7 @@ class Completer:
             draft.restrict_vocab(self.draft_vocab_map.tolist())
         self.lock = threading.Lock()
         self.names = names
+        self._depth_ceiling: int | None = None
         self.prefill_ms_per_token: float | None = None  # seen on this machine's prompts (build_prompt)
 
     @property
@@ -231,15 +232,20 @@ class Completer:
         cancelled: Callable[[], bool] | None = None,
         on_round: Callable[[RoundRecord], None] | None = None,
         extra_tokens: Sequence[Sequence[int]] = (),
+        k_max: int | None = None,
     ) -> GenerationResult:
+        """``k``: the first round's draft depth; it grows within the generation while drafts are accepted,
+        up to ``k_max`` (None: :meth:`depth_ceiling`; ``k_max = k``: a fixed depth)."""
         k = self.config.k if k is None else k
+        k_max = self.depth_ceiling() if k_max is None else k_max
         mode = draft_mode or self.config.draft_mode
         if k == 0:
             mode = "none"
         if temperature > 0 and seed is None:
             seed = torch.seed()  # one seed for the verification and the draft streams
         sampling = Sampling(temperature, top_p, seed)
-        params = GenerationParams(max_new_tokens=max_tokens, k=k, sampling=sampling, stop_strings=tuple(stop_strings))
+        params = GenerationParams(max_new_tokens=max_tokens, k=k, sampling=sampling, stop_strings=tuple(stop_strings),
+                                  k_max=k_max)
         with self.lock:
             proposer = self.make_proposer(mode, sampling, extra_tokens)
             run = lambda proposer: generate(  # noqa: E731
@@ -288,7 +294,20 @@ class Completer:
         """Time this pair on this machine (seconds); see :mod:`codecue.tuning.machine_costs`."""
         from codecue.tuning.machine_costs import measure_machine_costs, probe_text
 
+        self._depth_ceiling = None  # priced again with what this measures, once it is stored
         return measure_machine_costs(self, probe_text(), should_stop=should_stop)
+
+    def depth_ceiling(self) -> int | None:
+        """The deepest draft worth verifying here when every drafted token is accepted, from the costs
+        measured on this machine for this pair; None (a fixed depth) while they are not measured."""
+        if self._depth_ceiling is None:
+            from codecue.tuning.k_choice import best_k
+            from codecue.tuning.machine_costs import load_machine_costs
+
+            measured = load_machine_costs(self.runtime, *self.names)
+            if measured is not None and measured.costs is not None:
+                self._depth_ceiling = best_k(1.0, measured.costs)[0]
+        return self._depth_ceiling
 
     def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = 16) -> int:
         """Evaluate ``prompt`` into the target's KV cache ahead of a request, ``step`` tokens at a time,

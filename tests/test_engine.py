@@ -39,7 +39,7 @@ def reference(tiny_dirs, tiny_tokenizer):
 def test_speculative_greedy_equals_target_greedy(make_completer, reference, k, draft, mode):
     prompt, expected = reference
     c = make_completer(draft)
-    result = c.generate_ids(prompt, max_tokens=48, k=k, draft_mode=mode)
+    result = c.generate_ids(prompt, max_tokens=48, k=k, draft_mode=mode, k_max=k)
     assert result.tokens == expected
     s = result.stats
     assert s.speculative and s.new_tokens == len(expected)
@@ -51,6 +51,41 @@ def test_speculative_greedy_equals_target_greedy(make_completer, reference, k, d
     if draft == "unrelated" and mode == "model":
         assert s.acceptance_rate < 0.2  # an unrelated random draft is almost always rejected
         assert s.rounds > len(expected) * 0.8
+
+
+def test_depth_schedule_grows_on_accepted_rounds_and_shrinks_on_rejections():
+    from codecue.engine.speculative import DepthSchedule
+
+    depth = DepthSchedule(2, 7)
+    ks = []
+    for drafted, accepted in [(2, 2), (4, 4), (6, 6), (7, 7), (7, 3), (6, 0), (5, 5), (3, 1), (3, 0), (2, 0), (1, 0)]:
+        depth.update(drafted, accepted)
+        ks.append(depth.k)
+    # A rejection ends the streak: back to the first round's depth, or 1 shallower when already there.
+    assert ks == [4, 6, 7, 7, 2, 1, 3, 2, 1, 1, 1]
+    floor = DepthSchedule(1, 1)
+    floor.update(1, 0)
+    assert floor.k == 1
+    early = DepthSchedule(4, 8)
+    early.update(2, 2)  # the draft stopped early (low confidence) and both guesses held: deeper
+    assert early.k == 6
+
+
+@pytest.mark.parametrize(("draft", "k", "k_max"), [("target", 1, 7), ("unrelated", 6, 8), ("target", 3, 3)])
+def test_a_growing_depth_keeps_greedy_output_exact(make_completer, reference, draft, k, k_max):
+    prompt, expected = reference
+    rounds = []
+    result = make_completer(draft).generate_ids(prompt, max_tokens=48, k=k, k_max=k_max, draft_mode="model",
+                                                on_round=rounds.append)
+    assert result.tokens == expected
+    depths = [r.k for r in rounds]
+    if draft == "target":
+        # Always accepted: 2 deeper each round up to k_max (the last round is cut by max_tokens).
+        grown = [min(k_max, k + 2 * i) for i in range(len(depths))]
+        assert depths[:-1] == grown[:-1] and depths[-1] <= grown[-1]
+    else:
+        # An unrelated draft is rejected: the depth falls to 1 and stays near it.
+        assert depths[0] == k and min(depths) == 1 and depths[-1] <= 2
 
 
 def test_repeat_requests_reuse_prefix_and_stay_identical(make_completer, reference):

@@ -34,7 +34,7 @@ def run_remote_bench(args: argparse.Namespace, points: list, config: Any, url: s
         baseline = ""
         for method, mode, k in local_methods:
             local.reset_caches()
-            r = local.generate_ids(ids, max_tokens=args.max_tokens, k=k, draft_mode=mode)
+            r = local.generate_ids(ids, max_tokens=args.max_tokens, k=k, draft_mode=mode, k_max=k)
             records.append(_record(point, f"local:{method}", r))
             baseline = r.text if method == "target" else baseline
         r = remote.generate_text(text_prompt, max_tokens=args.max_tokens)

@@ -179,7 +179,7 @@ def run_points(
                     method_k = int(k_spec) if k_spec is not None else k
                 if mode == "none" or method_k == 0:
                     mode, method_k = "none", 0
-                r = completer.generate_ids(prompt, max_tokens=max_tokens, k=method_k, draft_mode=mode)
+                r = completer.generate_ids(prompt, max_tokens=max_tokens, k=method_k, draft_mode=mode, k_max=method_k)
                 s = r.stats
                 rec = RunRecord(point.name, point.language, method, r.tokens, r.text, s.ttft_ms, s.tpot_ms,
                                 s.total_ms, s.new_tokens, s.drafted, s.accepted, s.rounds, note=note)

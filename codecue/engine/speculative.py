@@ -28,9 +28,33 @@ StopPredicate = Callable[[str], "int | None"]
 @dataclass
 class GenerationParams:
     max_new_tokens: int = 64
-    k: int = 4  # draft depth; 0 = target only
+    k: int = 4  # draft depth (the first round's); 0 = target only
     sampling: Sampling = Sampling()  # greedy by default
     stop_strings: tuple[str, ...] = ()
+    k_max: int | None = None  # deepest draft the depth grows to (see DepthSchedule); None: always k
+
+
+@dataclass
+class DepthSchedule:
+    """The draft depth round by round within one generation: 2 deeper after a round whose drafts were all
+    accepted (as transformers' assisted decoding grows it), and after a rejection back to the first
+    round's depth (1 shallower when already there), between 1 and ``k_max``. Code runs in stretches: a
+    repeated block is drafted deep while it lasts, and the round that ends the stretch costs one deep
+    verification, not a slow descent. (Measured here on the held-out corpus: shrinking by 1 instead made
+    the median point slower than a fixed depth; resetting kept it and sped up the repetitive ones 2-3x.)"""
+
+    k: int
+    k_max: int
+    grow: int = 2
+
+    def __post_init__(self) -> None:
+        self.start = self.k
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted and accepted == drafted:
+            self.k = min(self.k_max, self.k + self.grow)
+        elif accepted < drafted:
+            self.k = max(1, min(self.k - 1, self.start))
 
 
 @dataclass
@@ -118,13 +142,14 @@ def generate(
     stop_reason = "max_tokens"
     t_first: float | None = None
     fed_before = target.fed_tokens
+    depth = DepthSchedule(params.k, max(params.k, params.k_max if params.k_max is not None else params.k))
 
     while len(generated) < params.max_new_tokens:
         if cancelled is not None and cancelled():
             stop_reason = "cancelled"
             break
         remaining = params.max_new_tokens - len(generated)
-        k = max(0, min(params.k, remaining - 1)) if proposer is not None else 0
+        k = max(0, min(depth.k, remaining - 1)) if proposer is not None and params.k > 0 else 0
         if stats.rounds == 0:
             # The first token comes from the prompt's own evaluation, never with a draft: the prompt is
             # then fed by the same calls whether and however deep we speculate (feeding prompt and draft
@@ -161,6 +186,7 @@ def generate(
                 stats.model_rounds += 1
         if proposer is not None:
             proposer.update(context, n_accepted)
+        depth.update(len(draft.tokens), n_accepted)
         if on_round is not None and draft.tokens:
             on_round(RoundRecord(len(draft.tokens), n_accepted, k, draft.source))
 

@@ -307,6 +307,7 @@ def measure_acceptance(
                 text[position.offset :],
                 max_tokens=max_tokens,
                 k=probe_k,
+                k_max=probe_k,  # rounds recorded at the probed depth, which replay prices
                 draft_mode=draft_mode,
                 stop_predicate=make_stop_predicate(position.context),
                 on_round=rounds,
