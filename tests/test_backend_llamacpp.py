@@ -355,3 +355,43 @@ def test_layout_quality_compares_the_derived_file_with_its_source(tiny: dict[str
     assert ppl_source > 1 and ppl_derived > 1 and ppl_source != ppl_derived
     assert quality.perplexity_ratio == pytest.approx(ppl_derived / ppl_source, abs=1e-4)
     assert 0.8 <= quality.top1_agreement <= 1.0
+
+
+_ROWS_PROBE = """
+import json, sys
+from codecue.backends.llamacpp import LlamaCppBackend
+backend = LlamaCppBackend.load(sys.argv[1], n_ctx=256, repack=True, flash_attn=True)
+prompt, run = list(range(10, 60)), [7, 99, 3, 250, 31, 64]
+backend.forward(prompt, 1)
+steps = [backend.forward([t], 1)[0].tolist() for t in run]
+backend.truncate(len(prompt))
+rows = backend.forward(run, len(run)).tolist()
+print(json.dumps({"same": rows == steps, "differing_rows": sum(r != s for r, s in zip(rows, steps))}))
+"""
+
+
+def _rows_probe(model: Path, rowwise_max: str | None) -> dict:
+    import json
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "GGML_AMX_ROWWISE_MAX"}
+    if rowwise_max is not None:
+        env["GGML_AMX_ROWWISE_MAX"] = rowwise_max  # read once per process: a child each
+    done = subprocess.run([sys.executable, "-c", _ROWS_PROBE, str(model)], capture_output=True, text=True,
+                          env=env, timeout=120, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(_unavailable is not None, reason=_unavailable or "")
+def test_a_q4_0_verification_computes_each_row_as_a_one_token_step_on_amx(tmp_path):
+    from codecue.backends.native_check import cpu_signature
+    from codecue.models.requantize import requantized
+    from codecue.testing_gguf import build_tiny_gguf
+
+    if "amx_int8" not in cpu_signature().split():
+        pytest.skip("the amx-verify-rows kernel is compiled for CPUs with AMX only; others never run it")
+    model = requantized(build_tiny_gguf(tmp_path / "tiny.gguf", seed=0, hidden_size=256), "q4_0")
+    # A 6-token call's rows equal the one-token steps' rows bit for bit, on the patch's multi-row kernel as
+    # on llama.cpp's own tiles (its path switched off): a wrong row, block or scale in the kernel would not.
+    assert _rows_probe(model, None) == {"same": True, "differing_rows": 0}
+    assert _rows_probe(model, "1") == {"same": True, "differing_rows": 0}
