@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 
 
 
+# Prompt tokens the draft model may read beyond the target's before a generation (about 0.4 target
+# steps' worth each on a CPU; 64 of them cost less than two target steps).
+DRAFT_CATCH_UP = 64
+
+
 def special_token_ids(tokenizer) -> list[int]:
     """Tokens that end a completion: EOS and every special token (a completion never contains them)."""
     ids = set(tokenizer.all_special_ids)
@@ -200,6 +205,9 @@ class Completer:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
     # -- proposers -----------------------------------------------------------------------------------
     def make_proposer(self, mode: str, sampling: Sampling,
                       extra_tokens: Sequence[Sequence[int]] = ()) -> Proposer | None:
@@ -216,6 +224,15 @@ class Completer:
         return model if mode == "model" else HybridProposer(ngram, model)
 
     # -- generation ----------------------------------------------------------------------------------
+    def draft_lags(self, prompt: Sequence[int]) -> bool:
+        """Whether the draft model would read more than :data:`DRAFT_CATCH_UP` tokens of ``prompt`` beyond
+        what the target reads: its cache missed a warm-up that the target's got (one cancelled between
+        the two). Reading them would hold back the first text, so that generation drafts by n-gram only;
+        the next warm-up catches the draft up."""
+        if self.draft is None:
+            return False
+        return uncached_tokens(self.draft.tokens, prompt) > self.uncached(prompt) + DRAFT_CATCH_UP
+
     def generate_ids(
         self,
         prompt: Sequence[int],
@@ -241,6 +258,8 @@ class Completer:
         mode = draft_mode or self.config.draft_mode
         if k == 0:
             mode = "none"
+        elif mode in ("hybrid", "model") and self.draft_lags(prompt):
+            mode = "ngram"
         if temperature > 0 and seed is None:
             seed = torch.seed()  # one seed for the verification and the draft streams
         sampling = Sampling(temperature, top_p, seed)
@@ -310,22 +329,27 @@ class Completer:
         return self._depth_ceiling
 
     def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = 16) -> int:
-        """Evaluate ``prompt`` into the target's KV cache ahead of a request, ``step`` tokens at a time,
-        checking ``cancelled`` between steps: a real request waits for one step at most. Returns how many
-        tokens were evaluated (what the cache did not hold already)."""
+        """Evaluate ``prompt`` into the target's KV cache ahead of a request, then into the draft's (which
+        reads it too before drafting), ``step`` tokens at a time, checking ``cancelled`` between steps: a
+        real request waits for one step at most. Returns how many tokens the target evaluated (what its
+        cache did not hold already)."""
         fed = 0
         with self.lock:
-            have = common_prefix_length(self.target.tokens, prompt)
-            ends = [*range(have + step, len(prompt), step), len(prompt)] if have < len(prompt) else []
-            for end in ends:
-                if cancelled is not None and cancelled():
-                    break
-                before, started = self.target.fed_tokens, time.perf_counter()
-                self.target.sync(prompt[:end], 1)
-                evaluated = self.target.fed_tokens - before
-                fed += evaluated
-                # A bare evaluation, nothing else timed: ``step`` tokens already measure the prefill.
-                self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=step)
+            for seq in (self.target, self.draft):
+                if seq is None:
+                    continue
+                have = common_prefix_length(seq.tokens, prompt)
+                ends = [*range(have + step, len(prompt), step), len(prompt)] if have < len(prompt) else []
+                for end in ends:
+                    if cancelled is not None and cancelled():
+                        return fed
+                    before, started = seq.fed_tokens, time.perf_counter()
+                    seq.sync(prompt[:end], 1)
+                    if seq is self.target:
+                        evaluated = seq.fed_tokens - before
+                        fed += evaluated
+                        # A bare evaluation, nothing else timed: ``step`` tokens already measure the prefill.
+                        self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=step)
         return fed
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,

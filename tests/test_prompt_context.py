@@ -280,6 +280,31 @@ def test_warm_fills_the_cache_so_the_request_evaluates_only_what_changed(make_co
     assert cancelled == 0
 
 
+def test_warm_fills_the_draft_cache_too_and_a_draft_left_behind_drafts_by_ngram_only(make_completer):
+    completer = make_completer(draft="target", draft_mode="hybrid", k=3)
+    prompt = completer.build_prompt(SOURCE[:2000], SOURCE[2000:2400])
+    assert completer.warm(prompt, step=16) == len(prompt)
+    assert completer.draft.tokens == completer.target.tokens == list(prompt)
+    assert not completer.draft_lags(prompt)
+    steps_before = completer.draft.fed_tokens
+    result = completer.generate_ids(prompt, max_tokens=12, k=3, k_max=3)
+    # The warm draft read only what the generation added: the last prompt token once, then its drafts.
+    assert result.stats.model_rounds > 0
+    assert completer.draft.fed_tokens - steps_before <= 1 + result.stats.model_rounds * 4
+
+    # A warm-up cancelled between the target and the draft: the target holds this place, the draft does
+    # not, and reading it all would hold back the first text, so this generation drafts by n-gram only.
+    other = completer.build_prompt(SOURCE[:1500], SOURCE[1500:1900])
+    completer.warm(other, step=16)
+    completer.draft.reset()
+    assert completer.draft_lags(other)
+    fed_before = completer.draft.fed_tokens
+    lagging = completer.generate_ids(other, max_tokens=12, k=3, k_max=3)
+    assert lagging.stats.model_rounds == 0 and completer.draft.fed_tokens == fed_before
+    target_only = completer.generate_ids(other, max_tokens=12, k=0)
+    assert lagging.tokens == target_only.tokens  # n-gram drafting is as lossless as any
+
+
 # -- a place the cache does not hold -------------------------------------------------------------
 def _fast_first_text(make_completer, prefill_ms: float | None = 6.0):
     completer = make_completer(draft=None, draft_mode="none")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 
 import pytest
@@ -496,6 +497,35 @@ def test_replay_types_the_file_and_reports_reuse_side_by_side(make_completer, tm
     assert percentile([10.0, None, 30.0], 50) == 30.0 and percentile([None, None, 1.0], 50) is None
 
 
+def test_the_replay_loads_the_models_in_a_child_process_as_the_server_does(tiny_dirs, tiny_tokenizer, tmp_path):
+    from codecue.models.config import ModelConfig
+    from codecue.server.replay import load_models, run_replay
+
+    source = tmp_path / "sample.py"
+    source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(40)))
+    models = load_models(ModelConfig(target=str(tiny_dirs["target"]), backend="torch", dtype="float32",
+                                     draft_mode="none"))
+    try:
+        assert models.pid != os.getpid() and models.alive
+        report = run_replay(source, completer=models, keystrokes=8, interval_ms=20, pause_ms=60, max_tokens=4)
+    finally:
+        models.close()
+    assert report["backend"] == "torch" and report["generations"] >= 1
+    assert report["file_tokens"] == len(tiny_tokenizer.encode(source.read_text(), add_special_tokens=False))
+    assert len(report["per_keystroke"]) == report["keystrokes"] >= 8
+
+
+def test_a_key_answered_with_no_suggestion_before_the_next_key_is_not_timed_but_a_replaced_one_is_censored():
+    from codecue.server.replay import Keystroke
+
+    empty = Keystroke(0, ")", 1, sent=10.0, gap_s=0.6, answered_empty=10.2)
+    replaced = Keystroke(1, "x", 2, sent=11.0, gap_s=0.6, answered_empty=11.7)  # answered [] after the next key
+    shown = Keystroke(2, "y", 3, sent=12.0, gap_s=0.6, first_text=12.1, answered_empty=12.3)
+    assert empty.nothing_to_show and empty.first_text_ms() is None
+    assert not replaced.nothing_to_show and replaced.first_text_ms() is None
+    assert not shown.nothing_to_show and round(shown.first_text_ms()) == 100
+
+
 def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_short_first_prompt(make_completer,
                                                                                                tmp_path):
     from codecue.server.replay import enter_lines, format_layouts, run_enter_replay
@@ -518,9 +548,10 @@ def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_shor
     short = run_enter_replay(source, completer, places=3, pause_ms=50, max_tokens=4)
     assert completer.prefill_ms_per_token == slow
     assert max(short["prefilled_tokens"]) <= 45 and short["places"] == 3
-    table = format_layouts({"psm-mid": {"typing": {"first_text_ms_new_generation": full["first_text_ms"]},
-                                        "enter": short}})
-    assert "Enter at new place" in table
+    typing = {"first_text_ms_new_generation": full["first_text_ms"], "first_text_ms_unpredicted": full["first_text_ms"],
+              "nothing_to_show": 0}
+    table = format_layouts({"psm-mid": {"typing": typing, "enter": short}})
+    assert "Enter at new place" in table and "unpredicted keys" in table
 
 
 def _initialized(bare_server):

@@ -116,6 +116,9 @@ def _child_main(conn: Connection, choice: ModelConfig, loader: str) -> None:
                 conn.send(("done", completer.warm_context(prefix, suffix, extra_context, path=path,
                                                           cancelled=lambda: ask("cancelled?"))))
                 continue
+            if command == "count":
+                conn.send(("done", completer.count_tokens(message[1])))
+                continue
             if command == "measure":
                 conn.send(("done", completer.measure_costs(should_stop=lambda: ask("cancelled?"))))
                 continue
@@ -212,6 +215,10 @@ class CompleterProcess:
                      path: str | None = None, cancelled: Callable[[], bool] | None = None) -> int:
         self._conn.send(("warm", prefix, suffix, tuple(extra_context), path))
         return self._answer_until_done(cancelled=cancelled or (lambda: False))
+
+    def count_tokens(self, text: str) -> int:
+        self._conn.send(("count", text))
+        return self._answer_until_done()
 
     def measure_costs(self, should_stop: Callable[[], bool] | None = None) -> MachineCosts:
         self._conn.send(("measure",))

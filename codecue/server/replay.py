@@ -1,7 +1,7 @@
 """Keystroke replay: type a real file into the language server at a human pace and time the ghost text.
 
 The server runs in this process (one LSP session over a socket pair, the real JSON-RPC path), on a
-worker that holds the models. The file is opened with a stretch of it cut out, then that stretch is typed
+worker whose models live in a child process, as ``codecue serve`` runs them (:func:`load_models`). The file is opened with a stretch of it cut out, then that stretch is typed
 back one character at a time: each keystroke sends ``didChange`` and an ``inlineCompletion`` request,
 as an editor does. Within a word keystrokes come every ``interval_ms``; after a space, a newline or
 punctuation the typist pauses for ``pause_ms``.
@@ -37,6 +37,9 @@ from codecue.tables import markdown_table
 if TYPE_CHECKING:
     from codecue.completion import Completer
     from codecue.models.config import ModelConfig
+    from codecue.server.model_process import CompleterProcess
+
+    Models = Completer | CompleterProcess
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,14 @@ class Keystroke:
     shown_text: str | None = None  # the latest suggestion text shown for this request
     predicted: bool = False  # the suggestion on screen when this key was pressed started with it
     needs_generation: bool = True  # not answerable by type-through: not predicted, or the suggestion's end
+    answered_empty: float | None = None  # when the request was answered with no suggestion
+
+    @property
+    def nothing_to_show(self) -> bool:
+        """Answered with no suggestion before the next keystroke, nothing shown: the model had nothing to
+        add here (a replaced request is answered empty too, but only after the key that replaced it)."""
+        return (self.first_text is None and self.answered_empty is not None
+                and self.answered_empty - self.sent < self.gap_s)
 
     def first_text_ms(self) -> float | None:
         return None if self.first_text is None else (self.first_text - self.sent) * 1e3
@@ -152,6 +163,8 @@ class _Client:
                     key.shown_text = key.final_text
                     if key.first_text is None:
                         key.first_text = now
+                elif key is not None:
+                    key.answered_empty = now
                 future = self.responses.pop(msg_id)
                 if not future.done():
                     future.set_result(message)
@@ -172,7 +185,7 @@ class _Client:
 
 
 @contextlib.asynccontextmanager
-async def _session(completer: Completer, max_tokens: int,
+async def _session(completer: Models, max_tokens: int,
                    reuse: bool = True) -> AsyncIterator[tuple[Any, _Client]]:
     """A language server on ``completer`` (which stays the caller's) and an initialized client, over a
     socket pair."""
@@ -204,7 +217,7 @@ async def _session(completer: Completer, max_tokens: int,
         await asyncio.to_thread(worker.shutdown, 60.0, False)  # the models belong to the caller
 
 
-async def _replay(completer: Completer, text: str, uri: str, language_id: str, *, reuse: bool, start: int,
+async def _replay(completer: Models, text: str, uri: str, language_id: str, *, reuse: bool, start: int,
                   end: int, interval_s: float, pause_s: float, max_tokens: int,
                   settle_s: float) -> dict[str, Any]:
     async with _session(completer, max_tokens, reuse) as (server, client):
@@ -270,8 +283,12 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
         "final_ms": summarize(final),
         "first_text_ms_at_pauses": summarize(at_pauses),
         # keystrokes that need a new generation: the suggestion on screen did not predict them, or they
-        # completed it
-        "first_text_ms_new_generation": summarize([k.first_text_ms() for k in keys if k.needs_generation]),
+        # completed it; a key answered with no suggestion has no first text to time (counted apart)
+        "first_text_ms_new_generation": summarize([k.first_text_ms() for k in keys
+                                                   if k.needs_generation and not k.nothing_to_show]),
+        "first_text_ms_unpredicted": summarize([k.first_text_ms() for k in keys
+                                                if not k.predicted and not k.nothing_to_show]),
+        "nothing_to_show": sum(k.nothing_to_show for k in keys if k.needs_generation),
         "generations": len(generations),
         "prefilled_tokens_mean": round(sum(prefilled) / len(prefilled), 1) if prefilled else None,
         "prefilled_tokens": prefilled,
@@ -284,12 +301,12 @@ async def _replay(completer: Completer, text: str, uri: str, language_id: str, *
         "diverged": snapshot["session"]["diverged"],
         "generation_ttft_ms": [g["ttftMs"] for g in generations],
         "superseded": snapshot["session"]["superseded"],
-        "per_keystroke": [{**asdict(k), "first_text_ms": k.first_text_ms(), "final_ms": k.final_ms()}
-                          for k in keys],
+        "per_keystroke": [{**asdict(k), "first_text_ms": k.first_text_ms(), "final_ms": k.final_ms(),
+                           "nothing_to_show": k.nothing_to_show} for k in keys],
     }
 
 
-async def _enter_replay(completer: Completer, text: str, uri: str, language_id: str, *, places: int,
+async def _enter_replay(completer: Models, text: str, uri: str, language_id: str, *, places: int,
                         pause_s: float, max_tokens: int, timeout_s: float) -> dict[str, Any]:
     """Enter at the end of ``places`` lines spread over the file, each after ``pause_s`` of quiet: the
     time from that keystroke (``didChange`` + ``inlineCompletion``, standard LSP only) to ghost text."""
@@ -343,7 +360,7 @@ def enter_lines(text: str, places: int) -> list[int]:
     return sorted(chosen, reverse=True)
 
 
-def run_enter_replay(file: str | Path, completer: Completer, *, places: int = 8, pause_ms: float = 1500.0,
+def run_enter_replay(file: str | Path, completer: Models, *, places: int = 8, pause_ms: float = 1500.0,
                      max_tokens: int = 32, timeout_s: float = 120.0, language_id: str | None = None) -> dict[str, Any]:
     """Enter at new places after a pause (see :func:`_enter_replay`), on loaded models."""
     path = Path(file)
@@ -355,31 +372,41 @@ def run_enter_replay(file: str | Path, completer: Completer, *, places: int = 8,
     return report
 
 
-def _load(file: str | Path, completer_config: ModelConfig | None) -> tuple[str, Completer]:
-    from codecue.completion import Completer
+def load_models(config: ModelConfig | None) -> CompleterProcess:
+    """The pair in a child process, as ``codecue serve`` loads it: its llama.cpp calls then run on that
+    process's main thread. (In this process they would run on the worker thread while the main thread's
+    OpenMP pool, made when the models loaded, still holds its threads; with more OpenMP threads than cores
+    libgomp stops spinning at its barriers, and a step on 2 cores took 1.6-2.4x as long.)"""
+    from codecue.models.config import ModelConfig
+    from codecue.server.model_process import CompleterProcess
 
+    return CompleterProcess(config or ModelConfig())
+
+
+def _read(file: str | Path) -> str:
     path = Path(file)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CodeCueError(f"cannot read {path}: {exc}") from None
-    return text, Completer.load(completer_config)
 
 
 def run_replay(file: str | Path, completer_config: ModelConfig | None = None, reuse: bool = True, *,
                keystrokes: int = 40, interval_ms: float = 150.0, pause_ms: float = 700.0, max_tokens: int = 32,
                start: int | None = None, language_id: str | None = None, settle_s: float = 60.0,
-               completer: Completer | None = None) -> dict[str, Any]:
+               completer: Models | None = None) -> dict[str, Any]:
     """Type about ``keystrokes`` characters of ``file`` into the server (rounded up to a line end, see
     :func:`choose_stretch`); returns the latency report.
 
     Pass ``completer`` to reuse loaded models (``completer_config`` is then ignored).
     """
     path = Path(file)
+    text = _read(path)
     if completer is None:
-        text, completer = _load(path, completer_config)
-    else:
-        text = path.read_text(encoding="utf-8")
+        with contextlib.closing(load_models(completer_config)) as models:
+            return run_replay(path, reuse=reuse, keystrokes=keystrokes, interval_ms=interval_ms, pause_ms=pause_ms,
+                              max_tokens=max_tokens, start=start, language_id=language_id, settle_s=settle_s,
+                              completer=models)
     if keystrokes < 1 or keystrokes > len(text):
         raise CodeCueError(f"cannot type {keystrokes} characters of a {len(text)}-character file")
     start, end = choose_stretch(text, keystrokes) if start is None else (start, start + keystrokes)
@@ -388,19 +415,19 @@ def run_replay(file: str | Path, completer_config: ModelConfig | None = None, re
                                  end=end, interval_s=interval_ms / 1e3, pause_s=pause_ms / 1e3,
                                  max_tokens=max_tokens, settle_s=settle_s))
     report.update({
-        "file": str(path), "file_tokens": len(completer.tokenizer.encode(text, add_special_tokens=False)),
+        "file": str(path), "file_tokens": completer.count_tokens(text),
         "start_offset": start, "typed": text[start:end], "interval_ms": interval_ms,
-        "pause_ms": pause_ms, "max_tokens": max_tokens, "backend": completer.target.backend.name,
+        "pause_ms": pause_ms, "max_tokens": max_tokens, "backend": completer.runtime,
     })
     return report
 
 
 def run_replay_pair(file: str | Path, completer_config: ModelConfig | None = None, **kwargs: Any) -> dict[str, Any]:
     """Reuse on, then off, on one loaded model pair: ``{"reuse": {...}, "no_reuse": {...}}``."""
-    text, completer = _load(file, completer_config)
-    del text
-    on = run_replay(file, reuse=True, completer=completer, **kwargs)
-    off = run_replay(file, reuse=False, completer=completer, **kwargs)
+    _read(file)
+    with contextlib.closing(load_models(completer_config)) as models:
+        on = run_replay(file, reuse=True, completer=models, **kwargs)
+        off = run_replay(file, reuse=False, completer=models, **kwargs)
     return {"reuse": on, "no_reuse": off}
 
 
@@ -438,30 +465,29 @@ def format_pair(pair: dict[str, Any]) -> str:
 def run_layout_comparison(file: str | Path, config: ModelConfig, layouts: Sequence[str], *,
                           max_tokens: int = 32, places: int = 6, keystrokes: int = 40,
                           interval_ms: float = 150.0) -> dict[str, Any]:
-    """The keystroke replay and the Enter replay for each prompt setting, on one loaded pair (reuse on).
-    A setting is a layout, optionally ``:full``: the full prompt even at a place the cache does not hold
-    (``first_text_ms = 0``, what the server did before shorter first prompts)."""
+    """The keystroke replay and the Enter replay for each prompt setting (reuse on), each on the pair
+    loaded for that setting. A setting is a layout, optionally ``:full``: the full prompt even at a place
+    the cache does not hold (``first_text_ms = 0``, what the server did before shorter first prompts)."""
     from dataclasses import replace
 
-    from codecue.engine.fim import LAYOUTS
+    from codecue.engine.fim import LAYOUTS, PromptBudget
 
     for name in layouts:
         layout, _, mode = name.partition(":")
         if layout not in LAYOUTS or mode not in ("", "full"):
             raise CodeCueError(f"unknown prompt setting {name!r}", f"use LAYOUT or LAYOUT:full, LAYOUT one of "
                                                                    f"{', '.join(LAYOUTS)}")
-    _, completer = _load(file, config)
-    default_ms = completer.budget.first_text_ms
+    _read(file)
     out: dict[str, Any] = {}
     for name in layouts:
         layout, _, mode = name.partition(":")
-        completer.config.budget = replace(completer.budget, layout=layout)
-        completer.config.first_text_ms = 0 if mode == "full" else default_ms
-        completer.reset_caches()
-        typing = run_replay(file, reuse=True, completer=completer, max_tokens=max_tokens, keystrokes=keystrokes,
-                            interval_ms=interval_ms)
-        completer.reset_caches()
-        enter = run_enter_replay(file, completer, places=places, max_tokens=max_tokens)
+        setting = replace(config, budget=replace(config.budget or PromptBudget(), layout=layout),
+                          first_text_ms=0 if mode == "full" else config.first_text_ms)
+        with contextlib.closing(load_models(setting)) as models:
+            typing = run_replay(file, reuse=True, completer=models, max_tokens=max_tokens, keystrokes=keystrokes,
+                                interval_ms=interval_ms)
+            models.reset_caches()
+            enter = run_enter_replay(file, models, places=places, max_tokens=max_tokens)
         out[name] = {"typing": typing, "enter": enter}
     return out
 
@@ -470,9 +496,16 @@ def format_layouts(report: dict[str, Any]) -> str:
     def ms(value: float | None) -> str:
         return "censored" if value is None else f"{value:.0f} ms"
 
-    rows = [("layout", "new-generation keys", "p50", "p90", "Enter at new place", "p50", "p90")]
+    def keys(summary: dict[str, Any]) -> str:
+        return str(summary["shown"] + summary["censored"])
+
+    rows = [("layout", "unpredicted keys", "p50", "p90", "new-generation keys", "p50", "p90", "no suggestion",
+             "Enter at new place", "p50", "p90")]
     for layout, r in report.items():
-        new, enter = r["typing"]["first_text_ms_new_generation"], r["enter"]["first_text_ms"]
-        rows.append((layout, str(new["shown"] + new["censored"]), ms(new["p50"]), ms(new["p90"]),
-                     str(r["enter"]["places"]), ms(enter["p50"]), ms(enter["p90"])))
-    return "keystroke -> first ghost text\n" + markdown_table(rows)
+        typing, enter = r["typing"], r["enter"]["first_text_ms"]
+        unpredicted, new = typing["first_text_ms_unpredicted"], typing["first_text_ms_new_generation"]
+        rows.append((layout, keys(unpredicted), ms(unpredicted["p50"]), ms(unpredicted["p90"]), keys(new),
+                     ms(new["p50"]), ms(new["p90"]), str(typing["nothing_to_show"]), str(r["enter"]["places"]),
+                     ms(enter["p50"]), ms(enter["p90"])))
+    return ("keystroke -> first ghost text (new-generation keys: the unpredicted ones and those that completed the "
+            "suggestion; no suggestion: answered empty before the next key, not timed)\n" + markdown_table(rows))
