@@ -1,9 +1,9 @@
 """Keystroke replay: type a real file into the language server at a human pace and time the ghost text.
 
 The server runs in this process (one LSP session over a socket pair, the real JSON-RPC path), on a
-worker whose models live in a child process, as ``codecue serve`` runs them (:func:`load_models`). The file is opened with a stretch of it cut out, then that stretch is typed
-back one character at a time: each keystroke sends ``didChange`` and an ``inlineCompletion`` request,
-as an editor does. Within a word keystrokes come every ``interval_ms``; after a space, a newline or
+worker whose models live in a child process, as ``codecue serve`` runs them (:func:`load_models`). The
+file is opened with a stretch of it cut out, then that stretch is typed back one character at a time:
+each keystroke sends ``didChange`` and an ``inlineCompletion`` request, as an editor does. Within a word keystrokes come every ``interval_ms``; after a space, a newline or
 punctuation the typist pauses for ``pause_ms``.
 
 For each keystroke it records the time to the first streamed text (the first non-empty
