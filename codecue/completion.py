@@ -31,6 +31,7 @@ from codecue.errors import CodeCueError, ModelError
 from codecue.models.config import DRAFT_MODES, ModelConfig
 from codecue.models.tokenizer import load_tokenizer
 from codecue.tuning.machine_costs import MachineCosts
+from codecue.tuning.policy import KPolicy
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,6 @@ class Completer:
             draft.restrict_vocab(self.draft_vocab_map.tolist())
         self.lock = threading.Lock()
         self.names = names
-        self._depth_ceiling: int | None = None
         self.prefill_ms_per_token: float | None = None  # seen on this machine's prompts (build_prompt)
 
     @property
@@ -247,10 +247,11 @@ class Completer:
         extra_tokens: Sequence[Sequence[int]] = (),
         k_max: int | None = None,
     ) -> GenerationResult:
-        """``k``: the first round's draft depth; it grows within the generation while drafts are accepted,
-        up to ``k_max`` (None: :meth:`depth_ceiling`; ``k_max = k``: a fixed depth)."""
-        k = self.config.k if k is None else k
-        k_max = self.depth_ceiling() if k_max is None else k_max
+        """``k``: the first round's draft depth (None: the configuration's fixed K, else 0; the depth of a
+        request is the K authority's to decide, :meth:`k_authority`); it grows within the generation while
+        drafts are accepted, up to ``k_max`` (None: ``k``, a fixed depth)."""
+        k = (self.config.k or 0) if k is None else k
+        k_max = k if k_max is None else k_max
         mode = draft_mode or self.config.draft_mode
         if k == 0:
             mode = "none"
@@ -309,20 +310,13 @@ class Completer:
         """Time this pair on this machine (seconds); see :mod:`codecue.tuning.machine_costs`."""
         from codecue.tuning.machine_costs import measure_machine_costs, probe_text
 
-        self._depth_ceiling = None  # priced again with what this measures, once it is stored
         return measure_machine_costs(self, probe_text(), should_stop=should_stop)
 
-    def depth_ceiling(self) -> int | None:
-        """The deepest draft worth verifying here when every drafted token is accepted, from the costs
-        measured on this machine for this pair; None (a fixed depth) while they are not measured."""
-        if self._depth_ceiling is None:
-            from codecue.tuning.k_choice import best_k
-            from codecue.tuning.machine_costs import load_machine_costs
-
-            measured = load_machine_costs(self.runtime, *self.names)
-            if measured is not None and measured.costs is not None:
-                self._depth_ceiling = best_k(1.0, measured.costs)[0]
-        return self._depth_ceiling
+    def k_authority(self, profile_path: str | None = None) -> KPolicy:
+        """The K authority for what this completer serves: its runtime and model files, with the costs
+        this machine measured for them (K = 0 until there are some)."""
+        return KPolicy.for_served(self.runtime, *self.names, draft_model=self.draft is not None,
+                                  profile_path=profile_path)
 
     def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = 16) -> int:
         """Evaluate ``prompt`` into the target's KV cache ahead of a request, then into the draft's (which

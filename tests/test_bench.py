@@ -42,7 +42,7 @@ def test_bench_bad_points_file_is_a_clear_error(tmp_path, capsys):
     assert "bad point" in err and "Traceback" not in err
 
 
-def test_bench_k_comparison_tuned_vs_fixed(tmp_path, tiny_dirs, capsys):
+def test_bench_k_comparison_tuned_vs_fixed(tmp_path, tiny_dirs, capsys, monkeypatch):
     """--k-compare runs hybrid at each fixed K and at the profile's K per (language, class), all identical
     to target-only greedy, and prints/writes the tuned vs best-fixed vs K=4 comparison."""
     src = tmp_path / "sample.py"
@@ -50,7 +50,13 @@ def test_bench_k_comparison_tuned_vs_fixed(tmp_path, tiny_dirs, capsys):
     points = tmp_path / "points.jsonl"
     points.write_text(json.dumps({"path": "sample.py", "line": 8, "character": 4}) + "\n")
     profile = tmp_path / "profile.toml"
-    # K values written for the torch runtime are used as written there (no costs needed to re-choose them).
+    # The profile's K values, where the costs measured here (recorded: drafting cheap) say they pay.
+    from codecue.tuning import CostModel
+    from codecue.tuning.machine_costs import MachineCosts, store_machine_costs
+
+    monkeypatch.setenv("CODECUE_MACHINE_COSTS", str(tmp_path / "costs.json"))
+    store_machine_costs(MachineCosts("torch", 10.0, 1.0, CostModel(0.05, 0.0)), str(tiny_dirs["target"]),
+                        str(tiny_dirs["target"]))
     profile.write_text("version = 1\n[models]\nruntime = \"torch\"\n"
                        "[languages.python]\nstatement_start = { k = 3 }\nblock_start = { k = 3 }\n")
     out = tmp_path / "bench.json"

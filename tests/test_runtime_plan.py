@@ -14,7 +14,6 @@ from codecue.tuning.machine_costs import (
     MeasurementAbandoned,
     load_machine_costs,
     measure_machine_costs,
-    policy_for,
     store_machine_costs,
 )
 from codecue.tuning.plan import (
@@ -24,6 +23,7 @@ from codecue.tuning.plan import (
     TORCH_WITH_LLAMACPP_DRAFT,
     make_plan,
 )
+from codecue.tuning.policy import KPolicy
 from codecue.tuning.profile import ClassProfile, Profile
 
 TEXT = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n" * 20
@@ -88,11 +88,13 @@ def test_costs_are_stored_per_machine_runtime_and_model_files(costs_file, pair):
 
 def test_policy_uses_the_measured_costs_and_stays_off_without(costs_file, pair):
     target, draft = pair
-    assert policy_for("llamacpp", target, draft).costs_unknown()
+    assert KPolicy.for_served("llamacpp", target, draft).costs is None
+    assert KPolicy.for_served("llamacpp", target, draft).depth_for("python", "identifier").start == 0
     store_machine_costs(MachineCosts("llamacpp", 80.0, 10.0, CostModel(0.05, 0.01, (1.0, 1.01, 1.02, 1.03))),
                         target, draft)
-    policy = policy_for("llamacpp", target, draft)
-    assert not policy.costs_unknown() and policy.costs.draft_cost == 0.05
+    policy = KPolicy.for_served("llamacpp", target, draft)
+    assert policy.costs is not None and policy.costs.draft_cost == 0.05
+    assert KPolicy.for_served("torch", target, draft).costs is None  # measured for another runtime only
 
 
 def test_plan_picks_the_lowest_expected_time_per_token(costs_file, pair):
@@ -127,11 +129,24 @@ def test_plan_picks_the_lowest_expected_time_per_token(costs_file, pair):
 
 def test_plan_breaks_ties_by_time_to_first_token(costs_file, pair):
     target, draft = pair
-    profile = profile_with_rounds({RoundRecord(2, 0, 2): 5})  # nothing is ever accepted
-    store_machine_costs(MachineCosts("llamacpp", 80.0, 12.0, None), target, None)
-    store_machine_costs(MachineCosts("torch", 80.5, 4.0, CostModel(0.5, 0.5, (1.0, 1.5, 2.0))), target, draft)
+    profile = profile_with_rounds({RoundRecord(4, 4, 4): 5})
+    costs = CostModel(0.1, 0.05, (1.0, 1.05, 1.1, 1.15, 1.2))
+    store_machine_costs(MachineCosts("llamacpp", 80.5, 12.0, costs), target, draft)
+    store_machine_costs(MachineCosts("torch", 80.0, 4.0, costs), target, draft)
     plan = make_plan(target, draft, profile, llamacpp=True)
     assert plan.chosen == TORCH_SPECULATIVE and "first token" in plan.reason
+
+
+def test_plan_never_loads_a_draft_that_cannot_pay(costs_file, pair):
+    """A speculative candidate whose best K is 0 decodes target-only with a draft loaded for nothing (its
+    memory, its reading of every prompt): a target-only candidate wins even with a slower first token."""
+    target, draft = pair
+    profile = profile_with_rounds({RoundRecord(2, 0, 2): 5})  # nothing is ever accepted
+    store_machine_costs(MachineCosts("llamacpp", 80.0, 12.0, None), target, None)
+    store_machine_costs(MachineCosts("torch", 79.5, 4.0, CostModel(0.5, 0.5, (1.0, 1.5, 2.0))), target, draft)
+    plan = make_plan(target, draft, profile, llamacpp=True)
+    assert plan.row(TORCH_SPECULATIVE).k == 0
+    assert plan.chosen == LLAMACPP_TARGET_ONLY
 
 
 def test_the_server_measures_costs_in_idle_time_and_the_policy_uses_them(make_completer, costs_file):
@@ -149,8 +164,7 @@ def test_the_server_measures_costs_in_idle_time_and_the_policy_uses_them(make_co
         assert worker.machine_costs is not None and worker.machine_costs.runtime == "torch"
         assert load_machine_costs("torch", *completer.names) == worker.machine_costs
         policy = worker.k_policy
-        assert policy.runtime == "torch" and not policy.costs_unknown()
-        assert policy.costs == worker.machine_costs.costs
+        assert policy.runtime == "torch" and policy.costs == worker.machine_costs.costs
         # The caches still hold the completion's prompt: the next keystroke reuses it.
         again = worker.submit(GenerationJob(ModelConfig("t"), "def add(a, b):\n    ", "\n", max_tokens=4))
         assert again.result(60).stats.prefilled_tokens <= 2

@@ -196,6 +196,17 @@ def model_dir(tiny_dirs) -> Path:
     return tiny_dirs["target"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def drafting_pays(model_dir):
+    """Costs recorded for the tiny pair where drafting pays (a draft step 5% of a target step, verification
+    flat), so that the servers here speculate from their first request, as a machine whose costs say so
+    does (without recorded costs the K authority serves K = 0)."""
+    from codecue.tuning import CostModel
+    from codecue.tuning.machine_costs import MachineCosts, store_machine_costs
+
+    store_machine_costs(MachineCosts("torch", 1.0, 0.1, CostModel(0.05, 0.0)), str(model_dir), str(model_dir))
+
+
 @pytest.fixture()
 def completer(make_completer):
     return make_completer()
@@ -692,3 +703,36 @@ async def test_accepting_a_suggestion_prefetches_the_next_one(fast_server, compl
         assert after["worker"]["generations"] == before["worker"]["generations"] + 1  # only the prefetch ran
     finally:
         client.close(uri)
+
+
+@pytest.mark.parametrize("recorded", ["none", "avx2"])
+async def test_k_authority_decides_from_the_first_request_on(model_dir, tmp_path, recorded):
+    """A fresh server's first and later requests decode with K = 0 where no costs are recorded for what it
+    serves, and where the recorded ones (a draft step 0.45 of a target step, a 9-token verification 4.5
+    steps: a 2-core AVX2 CPU) say no K pays."""
+    from codecue.tuning import CostModel
+    from codecue.tuning.machine_costs import MachineCosts, store_machine_costs
+
+    env = server_env(tmp_path)
+    env["CODECUE_MACHINE_COSTS"] = str(tmp_path / "costs.json")
+    if recorded == "avx2":
+        costs = CostModel(0.45, verify_costs=tuple(1.0 + 3.5 * n / 8 for n in range(9)))
+        os.environ["CODECUE_MACHINE_COSTS"], saved = env["CODECUE_MACHINE_COSTS"], os.environ["CODECUE_MACHINE_COSTS"]
+        try:
+            store_machine_costs(MachineCosts("torch", 80.0, 25.0, costs), str(model_dir), str(model_dir))
+        finally:
+            os.environ["CODECUE_MACHINE_COSTS"] = saved
+    client = await RawClient.start(in_process_cmd(model_dir), env)
+    uri = "file:///config_reader.py"
+    text = "import os\n\n\ndef read_config(path):\n    with open(path) as handle:\n        return han\n"
+    try:
+        await client.initialize({"maxTokens": 8})
+        client.open(uri, text, language="python")
+        seen = []
+        for version in range(2, 5):
+            await client.complete(uri, 5, 18 + version - 2)
+            seen.append((await client.stats())["session"]["lastGeneration"])
+            client.insert(uri, version, 5, 18 + version - 2, "d")
+        assert [(g["k"], g["drafted"], g["speculative"]) for g in seen] == [(0, 0, False)] * 3
+    finally:
+        await client.kill()

@@ -148,7 +148,7 @@ def _learned_policy(make_completer):
     completer = make_completer(draft="target", draft_mode="model")
 
     def job() -> GenerationJob:
-        return GenerationJob(ModelConfig("t"), "def add(a, b):\n    ", "\n", max_tokens=8, k=3,
+        return GenerationJob(ModelConfig("t", k=3), "def add(a, b):\n    ", "\n", max_tokens=8,
                              on_round=ContextHooks(policy).observer(CursorInfo("python", "block_start")))
 
     return policy, completer, job

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from codecue.engine.rounds import RoundJoiner, RoundRecord
+from codecue.engine.rounds import DraftSource, RoundJoiner, RoundRecord
 from codecue.tuning import (
     ClassProfile,
     CostModel,
@@ -14,10 +14,12 @@ from codecue.tuning import (
     PolicySettings,
     Profile,
     best_k,
+    default_profile,
     expected_speedup,
     expected_tokens,
 )
 from codecue.tuning.k_choice import best_k_replay
+from codecue.tuning.policy import Depth
 
 
 def brute_force_expected_tokens(alpha: float, k: int) -> float:
@@ -99,10 +101,14 @@ def test_off_switch_at_the_break_even_acceptance() -> None:
     assert best_k(0.9, CostModel(draft_cost=1.0, verify_per_token=0.1))[0] == 0
 
 
+#: costs where drafting pays at every depth (a draft step 5% of a target step, verification flat)
+CHEAP = CostModel(draft_cost=0.05, verify_per_token=0.0)
+
+
 def test_policy_uses_profile_then_defaults() -> None:
     profile = Profile()
     profile.set_entry("python", "call_arguments", ClassProfile(k=7))
-    policy = KPolicy(profile=profile)
+    policy = KPolicy(profile=profile, costs=CHEAP)
     assert policy.k_for("python", "call_arguments") == 7
     assert policy.k_for("python", "comment") == 2  # grammars/python/settings.toml
     assert policy.k_for("typescriptreact", "import") == 6  # LSP id -> the typescript folder
@@ -139,7 +145,7 @@ def _completions(policy: KPolicy, language: str, context_class: str, alpha: floa
 
 def test_policy_adapts_to_observed_acceptance() -> None:
     costs = CostModel(draft_cost=0.15, verify_per_token=0.03)
-    policy = KPolicy(profile=Profile(costs=costs), settings=PolicySettings(k_max=12, min_rounds=8))
+    policy = KPolicy(costs=costs, settings=PolicySettings(k_max=12, min_rounds=8))
     assert policy.k_for("python", "identifier") == 6  # the default, before any observation
     _completions(policy, "python", "identifier", 0.92, 100, seed=1)
     alpha = policy.acceptance("python", "identifier")
@@ -159,7 +165,7 @@ def test_policy_adapts_to_observed_acceptance() -> None:
 def test_policy_switches_off_and_reprobes() -> None:
     costs = CostModel(draft_cost=0.3, verify_per_token=0.05)
     settings = PolicySettings(min_rounds=4, probe_every=10, probe_k=3)
-    policy = KPolicy(profile=Profile(costs=costs), settings=settings)
+    policy = KPolicy(costs=costs, settings=settings)
     for _ in range(20):  # a comment class whose drafts are always rejected
         policy.observe("python", "comment", 2, 0)
     assert policy.acceptance("python", "comment") == 0.0
@@ -174,7 +180,7 @@ def test_policy_switches_off_and_reprobes() -> None:
 
 def test_policy_probes_deeper_now_and_then() -> None:
     """A shallow class drafts at k_max once in ``probe_every`` requests, so deeper caps stay measurable."""
-    policy = KPolicy(settings=PolicySettings(k_max=12, probe_every=5))
+    policy = KPolicy(costs=CHEAP, settings=PolicySettings(k_max=12, probe_every=5))
     answers = [policy.k_for("python", "comment") for _ in range(10)]  # default K 2 (grammar settings)
     assert answers == [2, 2, 2, 2, 12, 2, 2, 2, 2, 12]
     assert policy.current_k("python", "comment") == 2
@@ -184,10 +190,10 @@ def test_profile_rounds_are_a_prior() -> None:
     """The profile's recorded rounds count like ``prior_rounds`` observed ones: a few new rounds do not
     overturn them, many do."""
     costs = CostModel(draft_cost=0.2, verify_per_token=0.05)
-    profile = Profile(costs=costs)
+    profile = Profile()
     profile.set_entry("go", "comment", ClassProfile(k=0, acceptance=0.05, samples=40,
                                                     rounds={RoundRecord(1, 0, 12): 30, RoundRecord(2, 0, 12): 10}))
-    policy = KPolicy(profile=profile, settings=PolicySettings(min_rounds=1, prior_rounds=20))
+    policy = KPolicy(profile=profile, costs=costs, settings=PolicySettings(min_rounds=1, prior_rounds=20))
     assert policy.k_for("go", "comment") == 0
     for _ in range(2):
         policy.observe("go", "comment", 4, 4, 12)  # the draft stopped by itself after 4 good tokens
@@ -202,9 +208,9 @@ def test_profile_rounds_are_a_prior() -> None:
 
 def test_profile_acceptance_is_a_prior() -> None:
     costs = CostModel(draft_cost=0.2, verify_per_token=0.0)
-    profile = Profile(costs=costs)
+    profile = Profile()
     profile.set_entry("go", "docstring", ClassProfile(k=0, acceptance=0.1, samples=500))
-    policy = KPolicy(profile=profile, settings=PolicySettings(min_rounds=5, prior_weight=20))
+    policy = KPolicy(profile=profile, costs=costs, settings=PolicySettings(min_rounds=5, prior_weight=20))
     assert policy.k_for("go", "docstring") == 0
     assert policy.acceptance("go", "docstring") == pytest.approx(0.1)
     for _ in range(5):  # five fully accepted rounds of 4 tokens move the estimate, not all the way
@@ -227,11 +233,12 @@ def test_observe_validates_its_input() -> None:
 
 
 def test_new_costs_change_the_choice() -> None:
-    policy = KPolicy(profile=Profile(costs=CostModel(draft_cost=0.05, verify_per_token=0.0)),
-                     settings=PolicySettings(min_rounds=1))
+    policy = KPolicy(costs=CHEAP, settings=PolicySettings(min_rounds=1))
     _rounds(policy, "c", "identifier", 0.6, 4, 300, seed=5)
     cheap = policy.k_for("c", "identifier")
-    policy.costs = CostModel(draft_cost=0.7, verify_per_token=0.1)
+    assert cheap > 0
+    policy.use_costs(CostModel(draft_cost=0.7, verify_per_token=0.1))
+    _rounds(policy, "c", "identifier", 0.6, 4, 300, seed=5)  # the costs re-derive every class
     assert policy.k_for("c", "identifier") < cheap
     assert policy.draft_cost() == 0.7 and policy.verify_cost(2) == pytest.approx(1.2)
 
@@ -245,37 +252,65 @@ def test_settings_are_validated() -> None:
         PolicySettings(halflife_rounds=0)
 
 
-def test_runtime_costs_rederive_k_from_acceptance() -> None:
-    """K values tuned on one runtime carry over to another through acceptance and that runtime's costs:
-    where a draft step costs 0.65 of a target step and verification grows ~0.6 per token (llama.cpp on
-    2 cores, measured), even 90% acceptance does not pay and speculation turns off."""
-    cheap = CostModel(draft_cost=0.1, verify_per_token=0.02)
-    dear = CostModel(draft_cost=0.65, verify_costs=(1.0, 1.63, 2.24, 2.73, 3.4))
-    profile = Profile(costs=cheap, runtime_costs={"torch+llamacpp": cheap, "llamacpp": dear},
-                      models={"runtime": "torch+llamacpp"})
+def test_k_obeys_the_costs_measured_here_not_the_profiles() -> None:
+    """The profile's K values were chosen on another machine's costs; what decides here is what this machine
+    measured for what it serves. No costs: K = 0. Costs where the recorded rounds pay at no K (a draft step
+    0.45 of a target step, a 9-token verification 4.5 steps, as measured on a 2-core AVX2 CPU): K = 0 for
+    every class and request, probes included. Costs where K pays: the profile's K."""
+    profile = default_profile()
+    classes = [(language, context_class) for (language, context_class) in profile.rounds_by_key()]
+    assert len(classes) > 40
+    none = KPolicy(profile=profile.copy())
+    assert {none.depth_for(*key).start for key in classes for _ in range(60)} == {0}
+    assert none.depth_for("python", None).reason.startswith("no costs")
+    avx2 = CostModel(draft_cost=0.45, verify_costs=tuple(1.0 + 3.5 * n / 8 for n in range(9)))
+    assert avx2.verify_cost(8) == pytest.approx(4.5)
+    dear = KPolicy(profile=profile.copy(), costs=avx2)
+    assert dear.ceiling() == 0
+    depths = [dear.depth_for(*key) for key in classes for _ in range(120)]  # past every probe interval
+    assert {(d.start, d.ceiling) for d in depths} == {(0, 0)}
+    assert depths[0].reason == "speculation cannot pay on the costs measured here"
+    cheap = KPolicy(profile=profile.copy(), costs=CHEAP)
+    for language, context_class in classes:
+        entry = profile.entry(language, context_class)
+        assert entry is not None
+        assert cheap.depth_for(language, context_class).start == entry.k
+    # A fixed K from the configuration is taken as it is, whatever the costs.
+    assert dear.depth_for("python", "identifier", requested=3) == Depth(3, 3, "fixed by the configuration")
+
+
+def test_a_profile_k_that_does_not_pay_here_gives_way() -> None:
+    """Costs where drafting pays for predictable classes only: a class whose profile K does not pay
+    under them takes the K that replays best for it (0 here), the others keep their profile K."""
+    profile = Profile()
+    profile.set_entry("python", "identifier", ClassProfile(k=6, rounds={RoundRecord(6, 6, 6): 20}))
+    profile.set_entry("python", "comment", ClassProfile(k=6, rounds={RoundRecord(6, 0, 6): 20}))
+    costs = CostModel(draft_cost=0.2, verify_per_token=0.05)
+    policy = KPolicy(profile=profile, costs=costs, settings=PolicySettings(pool_rounds=0))
+    assert policy.current_k("python", "identifier") == 6
+    assert policy.current_k("python", "comment") == 0
+    assert policy.ceiling() == best_k(1.0, costs, policy.settings.k_max)[0] > 6
+
+
+def test_ngram_only_replays_ngram_rounds() -> None:
+    """Without a draft model only n-gram rounds (free drafts) speak for what is served."""
+    profile = Profile()
+    profile.set_entry("python", "identifier", ClassProfile(
+        k=4, rounds={RoundRecord(4, 0, 4, DraftSource.MODEL): 50, RoundRecord(4, 4, 4, DraftSource.NGRAM): 5}))
+    costs = CostModel(draft_cost=0.9, verify_per_token=0.05)
+    assert KPolicy(profile=profile.copy(), costs=costs).current_k("python", "identifier") == 0
+    assert KPolicy(profile=profile.copy(), costs=costs, ngram_only=True).current_k("python", "identifier") == 4
+
+
+def test_snapshot_keeps_another_runtimes_k() -> None:
+    """What the server saves keeps K values tuned for another runtime as they are and records the acceptance
+    learned here; relabelling them would pass them off as this runtime's."""
+    profile = Profile(models={"runtime": "torch+llamacpp"})
     profile.set_entry("python", "call_arguments", ClassProfile(k=7, acceptance=0.9, samples=100))
-    profile.set_entry("python", "comment", ClassProfile(k=2))  # no acceptance measured: k is all there is
-    same = KPolicy(profile=profile.copy(), runtime="torch+llamacpp")
-    assert same.k_for("python", "call_arguments") == 7  # the tuned value, as written
-    other = KPolicy(profile=profile.copy(), runtime="llamacpp")
-    assert other.costs is other.profile.runtime_costs["llamacpp"]
-    assert other.k_for("python", "call_arguments") == best_k(0.9, dear)[0] == 0
-    assert other.k_for("python", "comment") == 2
-    # No costs measured for a runtime: speculation stays off there (it could be slower than the target
-    # alone), probes included, until costs measured on this machine arrive; then K comes from acceptance.
-    unknown = KPolicy(profile=profile.copy(), runtime="exllamav2")
-    assert unknown.costs_unknown()
-    assert [unknown.k_for("python", "call_arguments") for _ in range(120)] == [0] * 120
-    unknown.use_measured_costs("exllamav2", cheap)
-    assert not unknown.costs_unknown()
-    assert unknown.k_for("python", "call_arguments") == best_k(0.9, cheap)[0] > 0
-    same.set_runtime("llamacpp")
-    assert same.k_for("python", "call_arguments") == 0
-    # What the server saves while on llama.cpp keeps the profile's K values as torch+llamacpp's (the
-    # profile's runtime) and records only the acceptance learned there.
+    policy = KPolicy(profile=profile, costs=CHEAP, runtime="llamacpp")
     for _ in range(10):
-        same.observe("python", "call_arguments", 4, 1)
-    saved = same.snapshot()
+        policy.observe("python", "call_arguments", 4, 1)
+    saved = policy.snapshot()
     assert saved.runtime == "torch+llamacpp"
     entry = saved.entry("python", "call_arguments")
     assert entry is not None and entry.k == 7 and entry.samples == 110

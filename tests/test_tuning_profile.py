@@ -30,6 +30,9 @@ def private_config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CODECUE_CONFIG_DIR", str(config))
     return config
 
+#: costs where drafting pays (the K authority serves K = 0 without measured costs)
+CHEAP = CostModel(draft_cost=0.05, verify_per_token=0.0)
+
 
 def sample_profile() -> Profile:
     profile = Profile(
@@ -120,7 +123,7 @@ def test_corrupt_profile_warns_and_gives_defaults(
     assert any(reason in r.getMessage() and str(path) in r.getMessage() for r in caplog.records)
     assert reason in profile.warnings[0]
     assert profile.source == default_profile().source  # the shipped defaults
-    policy = KPolicy(profile=profile)
+    policy = KPolicy(profile=profile, costs=CHEAP)
     assert policy.k_for("python", "call_arguments") == default_profile().entry("python", "call_arguments").k
 
 
@@ -158,7 +161,7 @@ def test_bad_entries_are_skipped_and_the_rest_kept(tmp_path: Path, caplog: pytes
     assert profile.entry("go", "docstring") is None
     assert len(profile.warnings) == 6
     assert len(caplog.records) == 6
-    policy = KPolicy(profile=profile)
+    policy = KPolicy(profile=profile, costs=CHEAP)
     assert policy.k_for("python", "call_arguments") == 5
     assert policy.k_for("python", "comment") == 2  # bad entry: the language's default
 
@@ -167,6 +170,7 @@ def test_policy_load_and_save_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "profile.toml"
     save_profile(sample_profile(), path)
     policy = KPolicy.load(str(path))
+    policy.use_costs(CHEAP)
     assert policy.settings.k_max == 10
     assert policy.k_for("python", "call_arguments") == 5
     for _ in range(50):

@@ -18,6 +18,7 @@ LANGUAGES = ["python", "javascript", "typescript", "go", "rust", "java", "c", "c
 DEFAULT_METHODS = ["target", "default", "draft", "ngram", "hybrid", "hf-assisted", "llama-target", "llama-lookup",
                    "llama-draft"]
 QUICK_METHODS = ["target", "default", "llama-target"]
+FIXED_K = 4  # the depth of the engine methods (target, draft, ngram, hybrid) when --k is not given
 DEFAULT_METHOD = "default"  # the configuration the runtime plan chose, K from the policy with this machine's costs
 
 
@@ -225,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
         points = [p for p in points if not (p.language in seen or seen.add(p.language))]
     config = config_from_args(args)
     config.draft_mode = "hybrid"  # load the draft; each method picks its own mode
+    if config.k is None:
+        config.k = FIXED_K  # the fixed-depth engine methods'; ``default`` asks the K authority
     if args.prompt_tokens < 64:
         raise CodeCueError("--prompt-tokens must be at least 64")
     config.budget = PromptBudget.for_benchmark(args.prompt_tokens)
@@ -281,12 +284,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         tuned_k = None
         if any(m.endswith(f"@{TUNED}") for m in wanted):
-            from codecue.tuning.machine_costs import policy_for
-
-            policy = policy_for(name, *completer.names, str(args.profile) if args.profile else None)
+            policy = completer.k_authority(str(args.profile) if args.profile else None)
             tuned_k = policy.current_k
-            print(f"tuned K from profile: {policy.profile.source} (runtime {name}, costs: draft step "
-                  f"{policy.costs.draft_cost:.2f}, verify K=4 {policy.costs.verify_cost(4):.2f})", file=sys.stderr)
+            costs = (f"draft step {policy.costs.draft_cost:.2f}, verify K=4 {policy.costs.verify_cost(4):.2f}"
+                     if policy.costs is not None else "none measured here: K = 0")
+            print(f"tuned K from profile: {policy.profile.source} (runtime {name}, costs: {costs})", file=sys.stderr)
         records += run_points(completer, points, wanted, max_tokens=args.max_tokens, k=config.k,
                               progress=progress, extra_methods=extra, label=label, tuned_k=tuned_k)
         labels += [label(m) if is_engine_method(m) or m in ("hf-assisted", DEFAULT_METHOD) else m for m in wanted]
@@ -394,21 +396,21 @@ def _plan_for(config) -> Any:
 
 
 def _default_method(completer, plan, max_tokens: int):
-    """CodeCue as it serves by default: the plan's decoding, K per cursor context from the policy priced
-    with this machine's measured costs (0 where nothing is measured or drafting does not pay)."""
+    """CodeCue as it serves by default: the plan's decoding, the depth from the K authority for what is
+    served (0 where nothing is measured or drafting does not pay here)."""
     from codecue.bench.runner import RunRecord, point_context
-    from codecue.tuning.machine_costs import policy_for
 
+    authority = completer.k_authority()
     speculative = plan is None or plan.chosen.speculative
-    policy = policy_for(completer.runtime, *completer.names) if speculative else None
 
     def run_default(point, prompt):
-        k = policy.current_k(*point_context(point)) if policy is not None else 0
+        depth = authority.depth_for(*point_context(point), requested=None if speculative else 0)
         completer.reset_caches()
-        r = completer.generate_ids(prompt, max_tokens=max_tokens, k=k, draft_mode="hybrid" if k else "none")
+        r = completer.generate_ids(prompt, max_tokens=max_tokens, k=depth.start, k_max=depth.ceiling,
+                                   draft_mode="hybrid" if depth.start else "none")
         s = r.stats
         return RunRecord("", "", DEFAULT_METHOD, r.tokens, r.text, s.ttft_ms, s.tpot_ms, s.total_ms, s.new_tokens,
-                         s.drafted, s.accepted, s.rounds, note=f"K={k}")
+                         s.drafted, s.accepted, s.rounds, note=f"K={depth.start}..{depth.ceiling}")
 
     return run_default
 

@@ -35,8 +35,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, unset_is_none: bool 
     g.add_argument("--draft-mode", choices=DRAFT_MODES, default=default("draft_mode"),
                    help="who drafts: hybrid (n-gram lookup, else the draft model), model, ngram, none")
     g.add_argument("--k", type=int, default=None,
-                   help="drafting depth K (0 = no speculation; default: `codecue complete` takes the K profile's "
-                        "K for the cursor's language and context class, other commands 4)")
+                   help="a fixed drafting depth K (0 = no speculation; default: the K authority decides per request "
+                        "from the costs measured on this machine, 0 until they are; bench's fixed methods: 4)")
     g.add_argument("--min-confidence", type=float, default=default("min_confidence"),
                    help="stop drafting when the draft's probability for its guess falls below this")
     g.add_argument("--draft-vocab", choices=DRAFT_VOCABS, default=default("draft_vocab"),

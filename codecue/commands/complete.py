@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     context = cursor_context(args.file, text, args.line, args.character)
     stop_predicate = None if args.no_scope_stop else scope_stop(args.file, text, args.line, args.character, context)
     from codecue.backends.remote import choose_remote_url
+    from codecue.tuning.policy import Depth
 
     remote = choose_remote_url(args.remote, args.backend, args.no_remote)
     if remote is not None:
@@ -54,23 +55,14 @@ def run(args: argparse.Namespace) -> int:
 
         completer = RemoteCompleter.load(remote, tokenizer_model=args.target,
                                          local_factory=lambda: Completer.load(config))
-        config.k = 0  # the server speculates on its own; CodeCue's K does not reach it
-        k_source = "server"
+        depth = Depth(0, 0, "the server speculates on its own")
     else:
         completer = Completer.load(config)
-        config = completer.config  # --backend auto: what the runtime plan chose
-        if args.k is not None or args.draft_mode == "none":
-            k_source = "option"
-        else:
-            k_source = "plan" if config.k == 0 else "default"  # the runtime plan chose target-only decoding
-    if k_source == "default" and context is not None and completer.draft is not None:
-        # As the language server does: the K profile's depth for this language and context class,
-        # priced with this runtime's costs (0 where drafting would not pay here).
-        from codecue.tuning.machine_costs import policy_for
-
-        policy = policy_for(completer.runtime, *completer.names)
-        config.k = policy.current_k(context.language, context.context_class)
-        k_source = "profile"
+        # As the language server does: the K authority, for the cursor's language and class, with the costs
+        # measured here for the runtime and files the plan loaded (K = 0 where drafting would not pay).
+        language = context.language if context is not None else "unknown"
+        depth = completer.k_authority().depth_for(language, context.context_class if context else None,
+                                                  requested=completer.config.k)
     printed = {"n": 0}
 
     def stream(so_far: str) -> None:
@@ -78,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         printed["n"] = len(so_far)
 
-    result = completer.complete(prefix, suffix, max_tokens=args.max_tokens, k=config.k,
-                                draft_mode=config.draft_mode if config.k > 0 else "none",
+    result = completer.complete(prefix, suffix, max_tokens=args.max_tokens, k=depth.start, k_max=depth.ceiling,
                                 temperature=args.temperature,
                                 top_p=args.top_p, seed=args.seed, stop_predicate=stop_predicate,
                                 on_text=stream if args.stream and not args.json else None)
@@ -91,10 +82,11 @@ def run(args: argparse.Namespace) -> int:
             "text": result.text, "tokens": result.tokens, "stop_reason": result.stop_reason,
             "ttft_ms": round(s.ttft_ms, 2), "tpot_ms": round(s.tpot_ms, 2), "total_ms": round(s.total_ms, 2),
             "drafted": s.drafted, "accepted": s.accepted, "acceptance_rate": round(s.acceptance_rate, 4),
-            "rounds": s.rounds, "histogram": s.histogram, "k": config.k, "k_source": k_source,
+            "rounds": s.rounds, "histogram": s.histogram, "k": depth.start, "k_max": depth.ceiling,
+            "k_source": depth.reason,
             "context_class": context.context_class if context is not None else None,
             "speculative": s.speculative,
-            "draft_mode": config.draft_mode, "prompt_tokens": s.prompt_tokens,
+            "draft_mode": completer.config.draft_mode if depth.start else "none", "prompt_tokens": s.prompt_tokens,
             "backend": s.runtime.partition("+")[0], "runtime": s.runtime, "notice": result.notice,
         }))
     else:
@@ -103,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             print()
         else:
             print(result.text)
-        print(f"[{s.new_tokens} tokens, ttft {s.ttft_ms:.0f} ms, tpot {s.tpot_ms:.1f} ms, K={config.k} ({k_source}), "
+        print(f"[{s.new_tokens} tokens, ttft {s.ttft_ms:.0f} ms, tpot {s.tpot_ms:.1f} ms, K={depth.start} ({depth.reason}), "
               f"accepted {s.accepted}/{s.drafted}, {result.stop_reason}]", file=sys.stderr)
     return 0
 

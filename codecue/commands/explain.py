@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from codecue.commands.common import add_model_arguments
 from codecue.errors import CodeCueError
 
 
@@ -16,9 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--character", type=int, required=True, help="0-based UTF-16 column, as in LSP")
     parser.add_argument("--language", help="grammar or LSP language id (default: from the file extension)")
     parser.add_argument("--profile", type=Path, help="K profile to read (default: the user's, else the shipped one)")
-    parser.add_argument("--runtime", help="price drafts with this runtime's costs from the profile (e.g. llamacpp, "
-                        "torch+llamacpp; default: the runtime the profile was tuned on)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_model_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,19 +36,25 @@ def run(args: argparse.Namespace) -> int:
         context = analyze(text, language, args.line, args.character)
     except ValueError as exc:
         raise CodeCueError(f"{args.file}: {exc}") from None
-    policy = KPolicy.load(str(args.profile) if args.profile else None, runtime=args.runtime)
+    policy = KPolicy.load(str(args.profile) if args.profile else None)
     for warning in policy.profile.warnings:
         print(f"codecue: warning: {warning}", file=sys.stderr)
-    k = policy.current_k(context.language, context.context_class)
-    runtime = args.runtime or policy.profile.runtime
+    entry = policy.profile.entry(context.language, context.context_class)
+    profile_k = entry.k if entry is not None else policy.default_k(context.language, context.context_class)
+    served, depth = served_depth(args, policy, context.language, context.context_class)
     if args.json:
-        print(json.dumps({**context.to_dict(), "k": k, "profile": policy.profile.source, "runtime": runtime},
-                         indent=2))
+        print(json.dumps({**context.to_dict(), "profile_k": profile_k, "k": depth.start if depth else None,
+                          "k_max": depth.ceiling if depth else None, "k_reason": depth.reason if depth else served,
+                          "served": served, "profile": policy.profile.source}, indent=2))
         return 0
     print(f"{args.file}:{args.line}:{args.character} ({context.grammar})")
     print(f"  context class  {context.context_class}")
-    print(f"  K              {k}{' (speculation off)' if k == 0 else ''}"
-          + (f" on {runtime}" if runtime else ""))
+    if depth is None:
+        print(f"  K              unknown here ({served}); the profile's K is {profile_k}")
+    else:
+        print(f"  K              {depth.start}{' (speculation off)' if depth.start == 0 else f' up to {depth.ceiling}'}"
+              f": {depth.reason}; the profile's K is {profile_k}")
+        print(f"  served         {served}")
     print(f"  scope          {context.scope}")
     print(f"  enclosing node {context.enclosing_node_type}")
     print(f"  indentation    {context.indentation!r}")
@@ -61,3 +67,21 @@ def run(args: argparse.Namespace) -> int:
     if context.has_error:
         print("  note           the tree around the cursor is incomplete (error recovery)")
     return 0
+
+
+def served_depth(args: argparse.Namespace, policy, language: str, context_class: str):
+    """What the runtime plan would serve here, and the K authority's depth for it: (description, Depth), or
+    (why not, None) when the models cannot be resolved (not pulled yet)."""
+    from codecue.models.resolve import resolve_model
+    from codecue.tuning.plan import make_plan
+
+    try:
+        target, draft = resolve_model(args.target, "target"), resolve_model(args.draft, "draft")
+        plan = make_plan(str(target.path), str(draft.path))
+    except CodeCueError as exc:
+        return exc.message, None
+    chosen = plan.chosen
+    target_file = chosen.target_file(str(target.path))
+    draft_file = chosen.draft_file(str(draft.path)) if chosen.speculative else None
+    policy.serve(chosen.runtime, target_file, draft_file, draft_model=chosen.speculative)
+    return chosen.label, policy.depth_for(language, context_class)

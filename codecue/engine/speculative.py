@@ -72,7 +72,8 @@ class GenerationStats:
     tpot_ms: float = 0.0
     total_ms: float = 0.0
     speculative: bool = False
-    k_max: int = 0
+    k: int = 0  # the draft depth asked for (the first drafting round's; 0: target-only)
+    k_max: int = 0  # the deepest draft made
     runtime: str = ""  # where it ran: a local runtime ("llamacpp", "torch+llamacpp") or "remote"
 
     @property
@@ -132,7 +133,8 @@ def generate(
     if not prompt:
         raise ValueError("the prompt is empty")
     t_start = time.perf_counter()
-    stats = GenerationStats(prompt_tokens=len(prompt), speculative=proposer is not None and params.k > 0)
+    speculative = proposer is not None and params.k > 0
+    stats = GenerationStats(prompt_tokens=len(prompt), speculative=speculative, k=params.k if speculative else 0)
     sampling = params.sampling
     generator = sampling.generator(RandomStream.VERIFY)
     eos = set(eos_ids)

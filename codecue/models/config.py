@@ -32,7 +32,7 @@ class ModelConfig:
     draft_dtype: str | None = None
     device: str = "auto"
     draft_mode: str = "hybrid"  # hybrid | model | ngram | none
-    k: int = 4
+    k: int | None = None  # a fixed draft depth; None: the K authority decides per request (codecue.tuning.policy)
     min_confidence: float = 0.4  # draft early stop
     draft_vocab: str = "code"  # code: the draft's head scores only ASCII code tokens (when the backend can)
     n_ctx: int = 4096
@@ -43,7 +43,7 @@ class ModelConfig:
     def validate(self) -> None:
         if self.draft_mode not in DRAFT_MODES:
             raise CodeCueError(f"unknown draft mode {self.draft_mode!r}", f"choose one of {', '.join(DRAFT_MODES)}")
-        if not 0 <= self.k <= 32:
+        if self.k is not None and not 0 <= self.k <= 32:
             raise CodeCueError(f"k={self.k} is out of range", "choose 0 (no speculation) to 32")
         if self.draft_vocab not in DRAFT_VOCABS:
             raise CodeCueError(f"unknown draft vocabulary {self.draft_vocab!r}", "choose code or full")
@@ -85,7 +85,8 @@ WIRE_FIELDS = {"target": "target", "draft": "draft", "backend": "backend", "draf
                "dtype": "dtype", "device": "device", "draftMode": "draft_mode", "k": "k",
                "minConfidence": "min_confidence", "draftVocab": "draft_vocab", "remote": "remote",
                "firstTextMs": "first_text_ms"}
-_FIELD_TYPES = {f.name: {"int": int, "float": float}.get(str(f.type), str) for f in fields(ModelConfig)}
+_FIELD_TYPES = {f.name: {"int": int, "int | None": int, "float": float}.get(str(f.type), str)
+                for f in fields(ModelConfig)}
 
 
 def _display_url(url: str | None) -> str | None:

@@ -1,10 +1,11 @@
-"""What a session asks the context engine and the K policy: the cursor's context, its K, its stop rule.
+"""What a session asks the context engine: the cursor's context, its stop rule, and who learns from its rounds.
 
 The tree-sitter context (:mod:`codecue.context`: context class, scope, syntax-aware stops) follows each
-open document; the K policy (:mod:`codecue.tuning`) is the model worker's, shared by every session on it.
-A failure in either costs one warning and a plain completion, never a failed request: the language is
-then the LSP ``languageId``, K the completer's configured K, and a completion stops at EOS, at the token
-limit, or at a blank line after some text.
+open document. The cursor's language and class go with each job to the model worker, whose K authority
+(:mod:`codecue.tuning.policy`, shared by every session on it) decides the draft depth once the models are
+loaded, and learns from the rounds reported here. A failure costs one warning and a plain completion,
+never a failed request: the language is then the LSP ``languageId``, the class none, and a completion
+stops at EOS, at the token limit, or at a blank line after some text.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class CursorInfo:
 
 
 class ContextHooks:
-    """Per-session: the cursor context of the session's documents, and K from the worker's policy."""
+    """Per-session: the cursor context of the session's documents; rounds reported to the worker's K policy."""
 
     def __init__(self, k_policy: KPolicy | None = None) -> None:
         self.k_policy = k_policy
@@ -129,13 +130,6 @@ class ContextHooks:
             if predicate is not None:
                 return predicate
         return blank_line_stop
-
-    def k_for(self, info: CursorInfo) -> int | None:
-        policy = self.k_policy
-        if policy is None or info.context_class is None:
-            return None
-        k = self._call("k_for", policy.k_for, info.language, info.context_class)
-        return int(k) if isinstance(k, int) and k >= 0 else None
 
     def observer(self, info: CursorInfo) -> Any:
         """An ``on_round(record)`` callback feeding the policy each round's RoundRecord, or None."""

@@ -114,6 +114,7 @@ class SessionStats:
             "tokens": stats.new_tokens,
             "rounds": stats.rounds, "promptTokens": stats.prompt_tokens, "prefilledTokens": stats.prefilled_tokens,
             "ttftMs": round(stats.ttft_ms, 1), "totalMs": round(stats.total_ms, 1), "speculative": stats.speculative,
+            "k": stats.k, "drafted": stats.drafted,
         }
         self.generations.append(self.last_generation)
 

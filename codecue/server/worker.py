@@ -24,6 +24,7 @@ from codecue.models.config import ModelConfig
 from codecue.server.model_process import ModelProcessCrashed
 from codecue.server.prompt import stable_prefix
 from codecue.tuning import KPolicy
+from codecue.tuning.policy import Depth
 
 if TYPE_CHECKING:
     from codecue.completion import Completer
@@ -69,7 +70,10 @@ class GenerationJob:
     warm_only: bool = False  # only evaluate the prompt into the caches; the result is None
     max_tokens: int = 64
     temperature: float = 0.0
-    k: int | None = None
+    #: the cursor's language and context class: the K authority decides the draft depth from them once the
+    #: models are loaded (the first request too), unless the model configuration fixes K
+    language: str = ""
+    context_class: str | None = None
     stop_predicate: Callable[[str], int | None] | None = None
     on_round: Callable[[RoundRecord], None] | None = None
     on_text: Callable[[str], None] | None = None
@@ -183,17 +187,26 @@ class ModelWorker:
 
     @property
     def k_policy(self) -> KPolicy | None:
-        """The K policy every session on this worker shares (it learns across them): the one given, else
-        the user's profile, loaded on first use; None when that cannot be loaded (said once)."""
+        """The K authority every session on this worker shares (it learns across them): the one given, else
+        one from the user's profile, loaded on first use and priced when models load; None when the profile
+        cannot be loaded (said once)."""
         with self._k_policy_lock:
             if self._k_policy is None and not self._k_policy_failed:
-                runtime = self._completer.runtime if self._completer is not None else None
                 try:
-                    self._k_policy = KPolicy.load(runtime=runtime)
+                    self._k_policy = KPolicy.load()
                 except Exception as exc:  # noqa: BLE001 - completions go on with the configured K
                     self._k_policy_failed = True
                     log.warning("K policy disabled: %s", exc)
             return self._k_policy
+
+    def depth_for(self, job: GenerationJob) -> Depth:
+        """The job's draft depth: fixed by its model configuration, else the K authority's for the pair now
+        loaded; K = 0 without an authority (a profile that cannot be read)."""
+        policy = self.k_policy
+        if policy is None:
+            k = job.model.k or 0
+            return Depth(k, k, "fixed by the configuration" if k else "no K policy")
+        return policy.depth_for(job.language, job.context_class, requested=job.model.k)
 
     def save_learned_k(self) -> bool:
         """Keep what the K policy learned (per-class acceptance, K) in the user's profile, so that the next
@@ -295,11 +308,12 @@ class ModelWorker:
         completer = self.factory(choice)
         log.info("models loaded in %.1f s", time.perf_counter() - t0)
         policy = self.k_policy
-        if policy is not None:  # the K policy prices drafts with this runtime's costs
+        if policy is not None:  # K from the costs measured here for exactly what is now served
             try:
-                policy.set_runtime(completer.runtime)
+                target, draft = completer.names
+                policy.serve(completer.runtime, target, draft, draft_model=draft is not None)
             except Exception as exc:  # noqa: BLE001
-                log.warning("K policy: could not switch to runtime %s: %s", completer.runtime, exc)
+                log.warning("K policy: could not price runtime %s: %s", completer.runtime, exc)
         with self._cond:
             self._completer, self._loaded = completer, choice
             self._costs_ready = False
@@ -342,7 +356,7 @@ class ModelWorker:
         self.machine_costs = measured
         policy = self.k_policy
         if policy is not None and measured is not None and measured.costs is not None:
-            policy.use_measured_costs(measured.runtime, measured.costs)
+            policy.use_costs(measured.costs, runtime=measured.runtime)
 
     def _run(self) -> None:
         while True:
@@ -366,13 +380,15 @@ class ModelWorker:
                                            cancelled=job.poll_cancelled)
                     job.future.set_result(None)
                     continue
+                depth = self.depth_for(job)
                 result = completer.complete(
                     prefix,
                     job.suffix,
                     extra_context=job.extra_context,
                     path=job.path,
                     max_tokens=job.max_tokens,
-                    k=job.k,
+                    k=depth.start,
+                    k_max=depth.ceiling,
                     temperature=job.temperature,
                     stop_predicate=job.stop_predicate,
                     on_text=job.on_text,

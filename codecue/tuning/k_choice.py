@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from codecue.engine.rounds import DraftSource, RoundRecord
 
 DEFAULT_K_MAX = 12
+#: A speedup the replay predicts under 1 + MIN_GAIN is not worth loading and running a draft for: the draft
+#: model's reading of every prompt and the noise of the measured costs are not in the replay.
+MIN_GAIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,13 @@ def best_k_replay(rounds: WeightedRounds, costs: CostModel, k_max: int = DEFAULT
         if speedup is not None and speedup > best_speedup + 1e-12:
             best, best_speedup = k, speedup
     return best, best_speedup
+
+
+def worth_drafting(rounds: WeightedRounds, costs: CostModel, k_max: int = DEFAULT_K_MAX) -> tuple[int, float]:
+    """:func:`best_k_replay`, but (0, 1.0) unless the best K gains more than :data:`MIN_GAIN`: whether
+    drafting pays at all on these costs (the runtime plan and the K authority decide it alike)."""
+    k, speedup = best_k_replay(rounds, costs, k_max)
+    return (k, speedup) if speedup > 1.0 + MIN_GAIN else (0, 1.0)
 
 
 def pooled_rounds(

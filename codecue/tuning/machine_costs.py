@@ -4,7 +4,8 @@ What a round of speculation costs depends on the CPU (its kernels, AMX or not, m
 runtime build and the model files, so it is measured where CodeCue runs, never shipped. The first time a
 (machine, runtime, model pair) serves, the server measures it in idle time (seconds; abandoned the moment a
 request arrives) and keeps the result in ``<cache dir>/machine_costs.json``; the K policy and the runtime
-plan read it from then on. ``codecue tune --costs-only`` still takes the longer, quieter measurement.
+plan read it from then on (the K authority, :class:`~codecue.tuning.policy.KPolicy`, serves K = 0 until it
+exists). ``codecue tune --costs-only`` still takes the longer, quieter measurement.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any
 from codecue.backends.native_check import cpu_model_name, cpu_signature
 from codecue.paths import atomic_write_text, cache_dir, read_json_object
 from codecue.tuning.k_choice import DEFAULT_K_MAX, CostModel
-from codecue.tuning.policy import KPolicy
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class MachineCosts:
     runtime: str
     target_step_ms: float  # one target forward over one token, after a few hundred cached tokens
     prefill_ms_per_token: float  # the prompt's evaluation, per token
-    costs: CostModel | None  # relative verify and draft costs; None when measured without a draft
+    costs: CostModel | None  # relative verify and draft costs (draft 0 when measured without a draft model)
     cpu: str = ""
     measured_at: float = 0.0
 
@@ -125,20 +125,11 @@ def store_machine_costs(measured: MachineCosts, target: str | None, draft: str |
         log.warning("could not save the measured costs (%s)", exc)
 
 
-def policy_for(runtime: str, target: str | None, draft: str | None, profile_path: str | None = None) -> KPolicy:
-    """The K policy for ``runtime`` with the costs this machine measured for the pair (K = 0 without)."""
-    policy = KPolicy.load(profile_path, runtime=runtime)
-    measured = load_machine_costs(runtime, target, draft)
-    if measured is not None and measured.costs is not None:
-        policy.use_measured_costs(runtime, measured.costs)
-    return policy
-
-
 def measure_machine_costs(completer: Any, prompt_text: str, *, k_max: int = DEFAULT_K_MAX,
                           repeats: int = QUICK_REPEATS, should_stop: Callable[[], bool] | None = None,
                           prefill_tokens: int = 128, min_context: int = 256) -> MachineCosts:
     """Time the pair where its caches stand: a prefill of ``prefill_tokens``, target passes over 1..k_max+1
-    tokens and a draft step (when there is a draft), ``repeats`` times each. Every pass is rolled back, so
+    tokens and a draft step (when there is a draft model; else drafts cost 0), ``repeats`` times each. Every pass is rolled back, so
     the caches hold what they held before (the next completion still reuses them); a cache shorter than
     ``min_context`` is first filled from ``prompt_text`` so that attention costs what it does in use.
 
@@ -181,7 +172,7 @@ def _timed_passes(completer: Any, filler: list[int], probe: list[int], k_max: in
     length_d = len(draft) if draft is not None else 0
     passes: dict[int, list[float]] = {n: [] for n in range(1, k_max + 2)}
     draft_steps: list[float] = []
-    sizes = range(1, k_max + 2) if draft is not None else range(1, 2)
+    sizes = range(1, k_max + 2)  # without a draft model too: n-gram drafts are verified the same way
     for _ in range(repeats):
         for n in sizes:
             check()
@@ -196,7 +187,7 @@ def _timed_passes(completer: Any, filler: list[int], probe: list[int], k_max: in
             draft_steps.append(time.perf_counter() - start)
             draft.truncate(length_d)
     step_ms = statistics.median(passes[1]) * 1e3
-    costs = costs_from_timings(draft_steps, {n: t for n, t in passes.items() if t}) if draft is not None else None
+    costs = costs_from_timings(draft_steps or [0.0], {n: t for n, t in passes.items() if t})
     return MachineCosts(completer.runtime, step_ms, prefill_ms_per_token, costs, cpu_model_name(), time.time())
 
 

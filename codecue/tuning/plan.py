@@ -6,7 +6,8 @@ each derived weight layout that keeps its quality (:mod:`codecue.models.requanti
 speculative, and speculative with the draft re-quantized (:data:`DRAFT_LAYOUTS`). Each is priced with
 what was measured on this machine (:mod:`codecue.tuning.machine_costs`) and the profile's recorded rounds: expected
 time per token = target step / replayed speedup at the best K (1 for target-only), time to first token =
-prefill per token x a typical prompt. The plan picks the lowest time per token, then the lowest TTFT.
+prefill per token x a typical prompt. The plan picks the lowest time per token, then the lowest TTFT; a
+speculative candidate whose best K here is 0 is never picked over a target-only one.
 Unmeasured candidates are listed but never chosen; with nothing measured the plan falls back to the
 cheapest safe default (llama.cpp target-only where llama.cpp is installed, else torch).
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from codecue.engine.rounds import RoundRecord
 from codecue.models.requantize import AS_IS, derived_path, offered_layouts, requantized
-from codecue.tuning.k_choice import DEFAULT_K_MAX, best_k_replay
+from codecue.tuning.k_choice import DEFAULT_K_MAX, worth_drafting
 from codecue.tuning.machine_costs import MachineCosts, load_machine_costs
 from codecue.tuning.profile import Profile, load_profile
 
@@ -133,7 +134,7 @@ def price(candidate: Candidate, measured: MachineCosts | None, rounds: Counter[R
         return PlanRow(candidate, None)
     k, speedup = 0, 1.0
     if candidate.speculative and measured.costs is not None and rounds:
-        k, speedup = best_k_replay(rounds, measured.costs, k_max)
+        k, speedup = worth_drafting(rounds, measured.costs, k_max)
     return PlanRow(candidate, measured, k, speedup, measured.target_step_ms / speedup,
                    measured.prefill_ms_per_token * TYPICAL_PROMPT_TOKENS)
 
@@ -171,8 +172,11 @@ def make_plan(target: str, draft: str | None, profile: Profile | None = None,
         fallback = LLAMACPP_SPECULATIVE if rows[0].candidate == LLAMACPP_TARGET_ONLY else rows[0].candidate
         return Plan(rows, fallback, "nothing measured on this machine yet: target-only decoding until costs are "
                                     "measured (`codecue doctor --measure`, or the server in idle time)")
-    fastest = min(r.ms_per_token for r in priced)
-    close = [r for r in priced if r.ms_per_token <= fastest * (1 + TIE)]
+    # A speculative candidate whose best K is 0 would load the draft (its memory, and its reading of every
+    # prompt) only to decode target-only: a target-only candidate serves the same for less.
+    useful = [r for r in priced if not (r.candidate.speculative and r.k == 0)] or priced
+    fastest = min(r.ms_per_token for r in useful)
+    close = [r for r in useful if r.ms_per_token <= fastest * (1 + TIE)]
     best = min(close, key=lambda r: (r.ttft_ms or 0.0, r.ms_per_token))
     return Plan(rows, best.candidate, f"lowest expected time per token ({best.ms_per_token:.1f} ms)"
                 + (f", then lowest time to first token among {len(close)} within {TIE:.0%}" if len(close) > 1 else ""))

@@ -1,10 +1,18 @@
-"""The draft-depth policy: K per (language, context class), from a profile and from observed acceptance.
+"""The K authority: the draft depth of every request (first round's K and the ceiling it may grow to).
 
-K is chosen by the maths in :mod:`codecue.tuning.k_choice`: by replaying the class's recorded rounds
-(the profile's and the ones seen since) under each cap, else by the geometric model with the estimated
-acceptance. When no K >= 1 pays, speculation is off for that class, and one request in ``probe_every``
-drafts anyway so that the estimate can recover; one request in ``probe_every`` drafts at ``k_max`` so
-that deeper caps stay measurable.
+K is decided in one place, here, from the costs measured on this machine for the runtime and the model files
+actually served (:mod:`codecue.tuning.machine_costs`), the profile's recorded rounds and the rounds seen
+since. ``codecue complete``, the language server (its first request included) and ``codecue bench``'s
+``default`` all ask :meth:`KPolicy.depth_for`:
+
+- nothing measured for what is served: K = 0 (drafting could be slower than the target alone);
+- the recorded rounds, replayed under the measured costs, gain at no K >= 1 enough to be worth drafting
+  (:func:`~codecue.tuning.k_choice.worth_drafting`): K = 0 for every request, probes included;
+- else per (language, context class): the profile's K where it pays under the measured costs, else the K
+  that replays best (0 turns the class off; one request in ``probe_every`` then drafts anyway, so that
+  the estimate can recover); after ``min_rounds`` rounds seen, the K that replays best over the profile's
+  rounds and the ones seen. The ceiling is the deepest K worth verifying when every drafted token is
+  accepted (the engine grows the depth within a generation up to it).
 
 Acceptance is estimated online with exponential forgetting: each round adds its accepted tokens and its
 *tested* tokens (accepted ones plus the rejected one, if any; drafts after a rejection were never tested)
@@ -25,12 +33,15 @@ from codecue.errors import CodeCueError
 from codecue.tuning.k_choice import (
     DEFAULT_K_MAX,
     CostModel,
+    best_k,
     choose_k,
     expected_speedup,
     merge_rounds,
     pooled_rounds,
     replay_speedup,
+    worth_drafting,
 )
+from codecue.tuning.machine_costs import load_machine_costs
 from codecue.tuning.profile import ClassProfile, Profile, load_profile, save_profile, user_profile_path
 
 
@@ -91,92 +102,148 @@ def _canonical_language(language: str) -> str:
         return language
 
 
+@dataclass(frozen=True)
+class Depth:
+    """The draft depth of one request: the first drafting round's K (0: target-only decoding) and the
+    deepest K the engine may grow to within the generation; ``reason`` says why, for stats and reports."""
+
+    start: int
+    ceiling: int
+    reason: str
+
+    @property
+    def speculative(self) -> bool:
+        return self.start > 0
+
+
 @dataclass
 class KPolicy:
-    """K per (language, context class): the profile's choice, then the online estimate.
+    """The K authority (see the module docstring). ``costs`` are those measured on this machine for what
+    is served (None: nothing measured, K = 0); ``ngram_only`` says no draft model is loaded, so that only
+    n-gram rounds (free to draft) are replayed.
 
-    Thread-safe: the language server asks ``k_for`` per request and reports ``observe`` per round.
+    Thread-safe: the language server asks ``depth_for`` per request and reports ``observe_round`` per round.
     """
 
     profile: Profile = field(default_factory=Profile)
     settings: PolicySettings = field(default_factory=PolicySettings)
     default_k: Callable[[str, str], int] = _grammar_default_k
-    #: the runtime completions run on ("llamacpp", "torch+llamacpp", ...): picks the profile's costs for it,
-    #: and where the profile's K values were tuned on another runtime, K comes from the class's measured
-    #: acceptance and this runtime's costs instead
+    costs: CostModel | None = None
+    ngram_only: bool = False
+    #: the runtime served ("llamacpp", "torch+llamacpp", ...): a label for the profile the server saves
     runtime: str | None = None
 
     def __post_init__(self) -> None:
         self._states: dict[tuple[str, str], _ClassState] = {}
         self._lock = threading.Lock()
         self._unsaved_rounds = 0  # rounds observed since the last save
+        self._ceiling: int | None = None  # derived from the costs and every round (cached until they change)
 
-    @property
-    def costs(self) -> CostModel:
-        return self.profile.costs_for(self.runtime)
+    @classmethod
+    def for_served(cls, runtime: str, target: str | None, draft: str | None, *, draft_model: bool = True,
+                   profile_path: str | None = None, settings: PolicySettings | None = None) -> KPolicy:
+        """The authority for ``runtime`` serving these model files, with what this machine measured for them."""
+        policy = cls.load(profile_path, settings=settings, runtime=runtime)
+        policy.serve(runtime, target, draft, draft_model=draft_model)
+        return policy
 
-    @costs.setter
-    def costs(self, costs: CostModel) -> None:
+    def serve(self, runtime: str, target: str | None, draft: str | None, *, draft_model: bool = True) -> None:
+        """Now serving ``runtime`` with these files: the costs measured here for them (or none)."""
+        measured = load_machine_costs(runtime, target, draft)
+        self.use_costs(measured.costs if measured is not None else None, ngram_only=not draft_model,
+                       runtime=runtime)
+
+    def use_costs(self, costs: CostModel | None, *, ngram_only: bool | None = None,
+                  runtime: str | None = None) -> None:
+        """Costs measured for what is served (None: none): every class's K is derived again."""
         with self._lock:
-            if self.runtime is not None and self.runtime in self.profile.runtime_costs:
-                self.profile.runtime_costs[self.runtime] = costs
+            self.costs = costs
+            if ngram_only is not None:
+                self.ngram_only = ngram_only
+            if runtime is not None:
+                self.runtime = runtime
+            self._ceiling = None
+            for key, state in self._states.items():  # what was learned stays; K is priced again
+                state.prior = self._prior_rounds(key)
+                state.k = self._derive_k(key, state)
+
+    def draft_cost(self) -> float | None:
+        return None if self.costs is None else self.costs.draft_cost
+
+    def verify_cost(self, k: int) -> float | None:
+        return None if self.costs is None else self.costs.verify_cost(k)
+
+    # -- what pays -----------------------------------------------------------------------------------
+    def _usable(self, rounds: dict[RoundRecord, float] | Counter[RoundRecord]) -> dict[RoundRecord, float]:
+        """The rounds that speak for what is served: only n-gram rounds when no draft model is loaded."""
+        if not self.ngram_only:
+            return dict(rounds)
+        return {r: w for r, w in rounds.items() if r.source == DraftSource.NGRAM}
+
+    def _ceiling_locked(self) -> int:
+        """The deepest K worth drafting here (0: speculation cannot pay on these costs, probes included).
+
+        0 when nothing is measured, or when every recorded round (the profile's and the ones seen),
+        replayed under the measured costs, gains at no K >= 1 enough to be worth a draft
+        (:func:`~codecue.tuning.k_choice.worth_drafting`). Else the deepest K worth verifying when
+        every drafted token is accepted."""
+        if self._ceiling is None:
+            if self.costs is None:
+                self._ceiling = 0
             else:
-                self.profile.costs = costs
-            for state in self._states.values():
-                if state.rounds >= self.settings.min_rounds:
-                    state.k = self._model_k(state)
+                everything: Counter[RoundRecord] = Counter()
+                for records in self.profile.rounds_by_key().values():
+                    everything.update(records)
+                for state in self._states.values():
+                    everything.update(state.recent)
+                pooled = self._usable(everything)
+                pays = worth_drafting(pooled, self.costs, self.settings.k_max)[0] if pooled else 1
+                self._ceiling = best_k(1.0, self.costs, self.settings.k_max)[0] if pays else 0
+        return self._ceiling
 
-    def set_runtime(self, runtime: str | None) -> None:
-        """Completions now run on ``runtime``: re-derive every class's K for its costs."""
+    def ceiling(self) -> int:
+        """See :meth:`_ceiling_locked`."""
         with self._lock:
-            if runtime == self.runtime:
-                return
-            self.runtime = runtime
-            self._states.clear()  # rebuilt from the profile on the next request, then adapted again
-
-    def costs_unknown(self) -> bool:
-        """True when nothing was measured for this runtime (on this machine, or by a tuned profile's own
-        runtime): speculation stays off until it is, as it could be slower than the target alone."""
-        return (self.runtime is not None and self.runtime not in self.profile.runtime_costs
-                and self.profile.runtime != self.runtime)
-
-    def use_measured_costs(self, runtime: str, costs: CostModel) -> None:
-        """Costs measured on this machine for ``runtime``: K is re-chosen from the recorded rounds for them."""
-        with self._lock:
-            self.profile.runtime_costs[runtime] = costs
-            if runtime == self.runtime:
-                self._states.clear()
-
-    def _k_from_profile_acceptance(self) -> bool:
-        """True when the profile's K values were tuned for another runtime than this one, whose costs the
-        profile has: then its per-class acceptance, not its K, carries over."""
-        return (self.runtime is not None and self.runtime in self.profile.runtime_costs
-                and self.profile.runtime != self.runtime)
-
-    def draft_cost(self) -> float:
-        return self.costs.draft_cost
-
-    def verify_cost(self, k: int) -> float:
-        return self.costs.verify_cost(k)
+            return self._ceiling_locked()
 
     # -- state -------------------------------------------------------------------------------------
     def _state(self, language: str, context_class: str) -> _ClassState:
         key = (_canonical_language(language), context_class)
         state = self._states.get(key)
         if state is None:
+            state = _ClassState(k=0, recent=deque(maxlen=self.settings.recent_rounds), prior=self._prior_rounds(key))
             entry = self.profile.entry(*key)
-            k = entry.k if entry is not None else self.default_k(*key)
-            if self.costs_unknown():
-                k = 0
-            state = _ClassState(k=min(max(k, 0), self.settings.k_max),
-                                recent=deque(maxlen=self.settings.recent_rounds), prior=self._prior_rounds(key))
             if entry is not None and entry.acceptance is not None:
                 state.accepted = entry.acceptance * self.settings.prior_weight
                 state.tested = self.settings.prior_weight
-                if self._k_from_profile_acceptance():
-                    state.k = self._model_k(state)
+            state.k = self._derive_k(key, state)
             self._states[key] = state
         return state
+
+    def _derive_k(self, key: tuple[str, str], state: _ClassState) -> int:
+        if state.rounds >= self.settings.min_rounds:
+            return self._model_k(state)
+        entry = self.profile.entry(*key)
+        k = entry.k if entry is not None else self.default_k(*key)
+        return self._first_k(state, min(max(k, 0), self.settings.k_max))
+
+    def _first_k(self, state: _ClassState, profile_k: int) -> int:
+        """A class's K before it has rounds of its own: the profile's K where it pays under the costs
+        measured here (or nothing says otherwise), else the K that replays best (0: off)."""
+        ceiling = self._ceiling_locked()
+        if ceiling == 0:
+            return 0
+        if profile_k > 0:
+            rounds = self._replay_rounds(state)
+            if rounds:
+                speedup = replay_speedup(rounds, profile_k, self.costs)
+            elif state.tested > 0:
+                speedup = expected_speedup(state.accepted / state.tested, profile_k, self.costs)
+            else:
+                speedup = None  # nothing recorded for the class: the profile's (or grammar's) K stands
+            if speedup is None or speedup > 1.0:
+                return min(profile_k, ceiling)
+        return self._model_k(state)
 
     def _prior_rounds(self, key: tuple[str, str]) -> dict[RoundRecord, float]:
         """The profile's recorded rounds for ``key`` (pooled with the class elsewhere), weighing
@@ -184,7 +251,7 @@ class KPolicy:
         by_key = self.profile.rounds_by_key()
         if not by_key:
             return {}
-        pooled = pooled_rounds(by_key, key, self.settings.pool_rounds)
+        pooled = self._usable(pooled_rounds(by_key, key, self.settings.pool_rounds))
         total = sum(pooled.values())
         if total <= 0:
             return {}
@@ -198,32 +265,48 @@ class KPolicy:
         return rounds
 
     def _model_k(self, state: _ClassState) -> int:
-        if self.costs_unknown():
+        """The K that replays best under the measured costs (the geometric model without rounds)."""
+        ceiling = self._ceiling_locked()
+        if ceiling == 0 or self.costs is None:
             return 0
-        alpha = state.accepted / state.tested if state.tested > 0 else 0.0
+        alpha = state.accepted / state.tested if state.tested > 0 else None
         choice = choose_k(self._replay_rounds(state), alpha, self.costs, self.settings.k_max)
-        assert choice is not None  # alpha is never None here
-        return choice[0]
+        return 0 if choice is None else min(choice[0], ceiling)
 
     # -- the two calls the server makes ------------------------------------------------------------------
-    def k_for(self, language: str, context_class: str) -> int:
-        """The draft depth for a request; 0 means target-only decoding (speculation off)."""
+    def depth_for(self, language: str, context_class: str | None, requested: int | None = None) -> Depth:
+        """The draft depth for one request. ``requested``: a K the user fixed (``--k``), taken as it is.
+        A request without a context class (a language without a grammar) is priced as the most common
+        class, a statement's start."""
+        if requested is not None:
+            return Depth(requested, requested, "fixed by the configuration" if requested else "speculation off")
         with self._lock:
-            state = self._state(language, context_class)
-            if state.k >= self.settings.k_max:
-                return state.k
-            if self.costs_unknown():
-                return 0
-            state.calls_since_probe += 1  # calls since the last probe
-            if state.calls_since_probe >= self.settings.probe_every:
-                state.calls_since_probe = 0
-                # Measure again: an off class may have become predictable; a shallow one may pay deeper.
-                return self.settings.probe_k if state.k == 0 else self.settings.k_max
-            return state.k
+            ceiling = self._ceiling_locked()
+            if ceiling == 0:
+                why = ("no costs measured here for what is served" if self.costs is None
+                       else "speculation cannot pay on the costs measured here")
+                return Depth(0, 0, why)
+            state = self._state(language, context_class or "statement_start")
+            k = state.k
+            if k < ceiling:
+                state.calls_since_probe += 1
+                if state.calls_since_probe >= self.settings.probe_every:
+                    state.calls_since_probe = 0
+                    # Measure again: an off class may have become predictable; a shallow one may pay deeper.
+                    k = min(self.settings.probe_k, ceiling) if k == 0 else ceiling
+                    return Depth(k, ceiling, "probe")
+            return Depth(k, ceiling, "class K measured here" if state.rounds >= self.settings.min_rounds
+                         else "profile K, priced with the costs measured here")
+
+    def k_for(self, language: str, context_class: str) -> int:
+        """The first round's K for a request (0 = target-only decoding); see :meth:`depth_for`."""
+        return self.depth_for(language, context_class).start
 
     def current_k(self, language: str, context_class: str) -> int:
         """The class's K now, without counting a request (no re-probing of a class that is off)."""
         with self._lock:
+            if self._ceiling_locked() == 0:
+                return 0
             return self._state(language, context_class).k
 
     def observe(self, language: str, context_class: str, drafted: int, accepted: int, k: int | None = None,
@@ -246,6 +329,8 @@ class KPolicy:
             state.tested = state.tested * decay + tested
             state.rounds += 1
             self._unsaved_rounds += 1
+            if self._ceiling == 0:
+                self._ceiling = None  # rounds seen while off (a fixed K drafted): priced again with them
             if state.rounds >= self.settings.min_rounds:
                 state.k = self._model_k(state)
 
@@ -257,21 +342,23 @@ class KPolicy:
             return state.accepted / state.tested if state.tested > 0 else None
 
     def expected_speedup(self, language: str, context_class: str) -> float | None:
-        """The expected speedup at the current K (None without an acceptance estimate)."""
+        """The expected speedup at the current K (None without costs or an acceptance estimate)."""
         alpha = self.acceptance(language, context_class)
         with self._lock:
+            if self.costs is None:
+                return None
             state = self._state(language, context_class)
             if state.prior or state.recent:
                 return replay_speedup(self._replay_rounds(state), state.k, self.costs)
         return None if alpha is None else expected_speedup(alpha, state.k, self.costs)
 
     def snapshot(self) -> Profile:
-        """The profile as adapted so far (what ``save`` writes)."""
+        """The profile as adapted so far (what ``save`` writes): per class seen, the acceptance and rounds
+        learned, and the K chosen here. The K values of a profile tuned on another runtime stay as they
+        are (relabelling the file would pass them off as this runtime's); the policy prices them with the
+        costs measured wherever it serves anyway."""
         with self._lock:
             profile = self.profile.copy()
-            # The K values in a profile belong to one runtime. When this one is another (whose K the
-            # policy derives from acceptance), keep them as they are and record only what was learned
-            # about acceptance; relabelling the file would pass the other entries' K off as this one's.
             own_k = self.runtime is None or profile.runtime in (None, self.runtime)
             if self.runtime is not None and own_k:
                 profile.models["runtime"] = self.runtime
@@ -281,12 +368,13 @@ class KPolicy:
                 alpha = state.accepted / state.tested if state.tested > 0 else None
                 previous = profile.entry(language, context_class)
                 k = state.k if own_k or previous is None else previous.k
-                costs = self.costs if own_k else profile.costs
                 samples = (previous.samples if previous else 0) + state.rounds
                 rounds = merge_rounds(previous.rounds if previous else {}, state.recent, self.settings.recent_rounds)
-                speedup = replay_speedup(rounds, k, costs) if rounds else None
-                if speedup is None and alpha is not None:
-                    speedup = expected_speedup(alpha, k, costs)
+                speedup = None
+                if self.costs is not None:
+                    speedup = replay_speedup(rounds, k, self.costs) if rounds else None
+                    if speedup is None and alpha is not None:
+                        speedup = expected_speedup(alpha, k, self.costs)
                 profile.set_entry(language, context_class, ClassProfile(k, alpha, samples, speedup, rounds))
             return profile
 
