@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from codecue.backends.cpu_class import select_cpu_class
+
+        select_cpu_class(getattr(args, "cpu_class", None))  # before anything loads llama.cpp
         return int(args._module.run(args) or 0)
     except CodeCueError as exc:
         print(f"codecue: error: {exc}", file=sys.stderr)

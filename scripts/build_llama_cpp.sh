@@ -8,23 +8,51 @@
 #
 # The wheel is native to this CPU, so it is cached per CPU model and flags under
 # ${CODECUE_CACHE_DIR:-~/.cache/codecue}/wheels/<cpu key>/ and rebuilt only for another CPU or patch set.
-#   bash scripts/build_llama_cpp.sh [PYTHON]     # default PYTHON: .venv/bin/python
+#
+# --class avx2 builds the same sources for the AVX2 CPU class instead (GGML_NATIVE=OFF, ggml's "haswell"
+# instruction set: no AVX-VNNI, AVX-512 or AMX; see codecue/backends/cpu_class.py), so that the kernels
+# of most laptops and cloud VMs run on any x86 machine. It is not installed over the native package: its
+# shared libraries are unpacked into the cache, where CodeCue loads them when CODECUE_CPU_CLASS=avx2.
+#   bash scripts/build_llama_cpp.sh [PYTHON] [--class native|avx2]     # default PYTHON: .venv/bin/python
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VPY=${1:-.venv/bin/python}
+VPY=.venv/bin/python
+CLASS=native
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --class) CLASS=${2:?--class needs native or avx2}; shift 2 ;;
+    *) VPY=$1; shift ;;
+  esac
+done
+case "$CLASS" in native|avx2) ;; *) echo "unknown CPU class $CLASS (native or avx2)" >&2; exit 2 ;; esac
 VERSION=0.3.36
 PATCHES=(scripts/patches/llama-cpp-python-${VERSION}-*.patch)
 # The local version label names the patch set, so a changed patch is a new wheel.
 patch_key=$(cat "${PATCHES[@]}" | sha256sum | cut -c1-8)
 LOCAL_VERSION="${VERSION}+codecue.${patch_key}"
-cpu_key=$( (grep -m1 '^model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo) | sha256sum | cut -c1-12)
+if [ "$CLASS" = native ]; then
+  cpu_key=$( (grep -m1 '^model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo) | sha256sum | cut -c1-12)
+else
+  cpu_key=$CLASS  # not tuned to this CPU: one build serves every x86 CPU of the class
+fi
 CACHE=${CODECUE_CACHE_DIR:-$HOME/.cache/codecue}/wheels/$cpu_key
 mkdir -p "$CACHE"
 
 installed=$("$VPY" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)
-if [ "$installed" = "$LOCAL_VERSION" ]; then
+if [ "$CLASS" = native ] && [ "$installed" = "$LOCAL_VERSION" ]; then
   echo "llama-cpp-python $LOCAL_VERSION already installed"
   exit 0
+fi
+if [ "$CLASS" != native ]; then
+  if [ "$installed" != "$LOCAL_VERSION" ]; then
+    echo "build the native class first (bash scripts/build_llama_cpp.sh): the $CLASS class shares its Python package" >&2
+    exit 1
+  fi
+  libdir=$("$VPY" -c "from codecue.backends.cpu_class import lib_dir; print(lib_dir('$CLASS'))")
+  if [ -f "$libdir/libllama.so" ]; then
+    echo "llama.cpp $LOCAL_VERSION ($CLASS class) already built: $libdir"
+    exit 0
+  fi
 fi
 
 wheel=$(ls "$CACHE"/llama_cpp_python-"$LOCAL_VERSION"-*.whl 2>/dev/null | head -1 || true)
@@ -40,9 +68,13 @@ if [ -z "$wheel" ]; then
     patch -s -p1 -d "$src" < "$p"
   done
   sed -i "s/^__version__ = \"$VERSION\"/__version__ = \"$LOCAL_VERSION\"/" "$src/llama_cpp/__init__.py"
-  echo "compiling llama.cpp (several minutes on 2 cores, once per CPU)"
+  echo "compiling llama.cpp, $CLASS class (several minutes on 2 cores, once per CPU and class)"
   start=$(date +%s)
-  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+  cmake_args=${CMAKE_ARGS:-}
+  if [ "$CLASS" = avx2 ]; then
+    cmake_args="$cmake_args $("$VPY" -c 'from codecue.backends.cpu_class import AVX2_CMAKE_ARGS; print(AVX2_CMAKE_ARGS)')"
+  fi
+  CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
     "$VPY" -m pip wheel -q --no-deps -w "$work/out" "$src"
   # Into the cache by rename, so an interrupted build never leaves a half-written wheel there.
   built=$(ls "$work"/out/llama_cpp_python-*.whl)
@@ -50,6 +82,18 @@ if [ -z "$wheel" ]; then
   mv "$CACHE/.partial.whl" "$CACHE/$(basename "$built")"
   wheel="$CACHE/$(basename "$built")"
   echo "built in $(( $(date +%s) - start )) s: $wheel"
+fi
+if [ "$CLASS" != native ]; then
+  # Only the shared libraries, into the cache (by rename: never half-unpacked).
+  unpack=$(mktemp -d)
+  "$VPY" -m zipfile -e "$wheel" "$unpack"
+  mkdir -p "$(dirname "$libdir")"
+  rm -rf "$libdir.partial"
+  mv "$unpack/llama_cpp/lib" "$libdir.partial"
+  rm -rf "$unpack" "$libdir"
+  mv "$libdir.partial" "$libdir"
+  echo "llama.cpp $LOCAL_VERSION ($CLASS class) built: $libdir (CODECUE_CPU_CLASS=$CLASS serves it)"
+  exit 0
 fi
 "$VPY" -m pip install -q --force-reinstall --no-deps "$wheel"
 "$VPY" -m pip install -q "$wheel"   # its dependencies (numpy, diskcache, jinja2, typing-extensions)

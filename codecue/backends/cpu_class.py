@@ -15,6 +15,7 @@ processes inherit it. Native checks, measured costs and the runtime plan are key
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 from pathlib import Path
@@ -55,12 +56,27 @@ def package_version() -> str | None:
         return None
 
 
+def build_dir(cls: str | None = None) -> Path:
+    """Where the builds of ``cls`` made here are kept (its shared libraries, its llama-server): per package
+    version (which names the patch set) and, for the native class, per CPU model and flags."""
+    cls = cls or cpu_class()
+    name = f"{package_version() or 'none'}-{cls}"
+    if cls == "native":
+        from codecue.backends.native_check import cpu_signature
+
+        name += "-" + hashlib.sha256(cpu_signature().encode()).hexdigest()[:12]
+    return cache_dir() / "llama-cpp" / name
+
+
 def lib_dir(cls: str | None = None) -> Path | None:
     """Where the shared libraries of ``cls`` are: None for native (the installed package's own)."""
     cls = cls or cpu_class()
-    if cls == "native":
-        return None
-    return cache_dir() / "llama-cpp" / f"{package_version() or 'none'}-{cls}" / "lib"
+    return None if cls == "native" else build_dir(cls) / "lib"
+
+
+def server_binary(cls: str | None = None) -> Path:
+    """llama.cpp's llama-server built from the same sources for ``cls`` (``scripts/build_llama_server.sh``)."""
+    return build_dir(cls) / "bin" / "llama-server"
 
 
 def library_path() -> str | None:

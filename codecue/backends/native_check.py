@@ -80,12 +80,10 @@ def cpu_model_name() -> str:
 
 
 def llamacpp_version() -> str:
-    import importlib.metadata
+    """The llama.cpp build that serves (package version and CPU class): what checks are keyed by."""
+    from codecue.backends.cpu_class import llamacpp_build
 
-    try:
-        return importlib.metadata.version("llama_cpp_python")
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+    return llamacpp_build()
 
 
 def check_key(runtime: str, runtime_version: str, layout: str, model: Path) -> str:
@@ -199,9 +197,19 @@ def _step_ms(model: Path, repack: bool, flash_attn: bool, repeats: int = 5) -> f
     return sorted(times[1:])[repeats // 2] * 1e3
 
 
+def attention_shape(model: Path) -> str:
+    """What decides the attention kernels' speed: the architecture's layer count and head layout."""
+    from codecue.backends.llamacpp import read_metadata
+
+    arch = read_metadata(model, ["general.architecture"])["general.architecture"] or ""
+    keys = [f"{arch}.{k}" for k in ("block_count", "embedding_length", "attention.head_count",
+                                    "attention.head_count_kv", "attention.key_length")]
+    return " ".join(f"{k}={v}" for k, v in read_metadata(model, keys).items())
+
+
 def faster_attention(model: Path, repack: bool) -> bool | None:
     """Whether llama.cpp should run ``model`` with flash attention here: the faster one-token step with a
-    prompt's worth of context, measured once per machine, build, layout and model file (seconds).
+    prompt's worth of context, measured once per machine, build, layout and attention shape (seconds).
 
     It differs by model, not only by machine: on a Sapphire Rapids Xeon with 2 cores, the 0.5B draft
     (14 query heads of 64) steps in 33 ms with it and 18 ms without after 1,500 cached tokens, while the
@@ -210,7 +218,12 @@ def faster_attention(model: Path, repack: bool) -> bool | None:
     if os.environ.get("CODECUE_NATIVE_CHECK", "1") == "0":
         return None
     model = Path(model)
-    key = check_key("llamacpp-attention", llamacpp_version(), "repack" if repack else "plain", model)
+    # Keyed by the model's attention shape, not its file: the attention kernels run on the KV cache, whose
+    # type no weight layout changes, so a re-quantized copy takes the verdict of the file it came from.
+    layout = "repack" if repack else "plain"
+    raw = "\n".join((PROBE_VERSION, cpu_signature(), "llamacpp-attention", llamacpp_version(), layout,
+                     attention_shape(model)))
+    key = hashlib.sha256(raw.encode()).hexdigest()
     cached = _read_checks().get(key)
     if isinstance(cached, dict) and isinstance(cached.get("flash_attn"), bool):
         return cached["flash_attn"]

@@ -116,6 +116,37 @@ def single_row_matmul_is_slow(dtype: torch.dtype, in_features: int = 1536, out_f
     return two_t < 0.9 * one_t
 
 
+def linear_step_ms(hidden: int, ffn: int, layers: int, vocab: int, kv_dim: int, dtype: torch.dtype,
+                   rows: int = 1, repeats: int = 3) -> float:
+    """A cheap lower bound on a decoder step of that shape here: one layer's linear layers (q, k, v, o,
+    gate, up, down) timed on random weights and counted ``layers`` times, plus the output head; attention,
+    norms and the framework's overhead come on top in a real step. Seconds to measure, no model needed:
+    what ``codecue doctor`` asks before converting and loading a model on torch that could not win."""
+    shapes = [(hidden, hidden), (kv_dim, hidden), (kv_dim, hidden), (hidden, hidden), (ffn, hidden), (ffn, hidden),
+              (hidden, ffn)]
+    weights = [torch.randn(out, inp, dtype=dtype) for out, inp in shapes]
+    head = torch.randn(vocab, hidden, dtype=dtype)
+    x, wide = torch.randn(1, rows, hidden, dtype=dtype), torch.randn(1, rows, ffn, dtype=dtype)
+
+    def layer() -> None:
+        for w in weights:
+            torch.nn.functional.linear(wide if w.shape[1] == ffn else x, w)
+
+    def head_call() -> None:
+        torch.nn.functional.linear(x, head)
+
+    def best(fn) -> float:
+        fn()  # warm-up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    return (layers * best(layer) + best(head_call)) * 1e3
+
+
 ROWWISE_ATTENTION = "codecue_rowwise"
 #: Calls with more query rows than this (prompt prefill) take the ordinary batched attention.
 ROWWISE_MAX_ROWS = 64

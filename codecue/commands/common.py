@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from codecue.backends.cpu_class import CPU_CLASSES
 from codecue.models.config import BACKENDS, DRAFT_MODES, DRAFT_VOCABS, DTYPES, WIRE_FIELDS, ModelConfig
 
 _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
@@ -41,6 +42,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, unset_is_none: bool 
                    help="stop drafting when the draft's probability for its guess falls below this")
     g.add_argument("--draft-vocab", choices=DRAFT_VOCABS, default=default("draft_vocab"),
                    help="code: the draft scores only ASCII code tokens (cheaper; output unchanged)")
+    g.add_argument("--cpu-class", choices=CPU_CLASSES, default=None,
+                   help="which llama.cpp build serves: native (this CPU's) or avx2 (the AVX2-only class, built by "
+                        "`bash scripts/build_llama_cpp.sh --class avx2`; default: $CODECUE_CPU_CLASS, else native)")
     g.add_argument("--first-text-ms", type=int, default=None, metavar="MS",
                    help="at a place the cache does not hold, evaluate at most this long of prompt before the "
                         "first text (a shorter prompt; default 400; 0: always the full prompt)")

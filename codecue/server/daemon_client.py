@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from codecue.backends.cpu_class import cpu_class
 from codecue.errors import CodeCueError
 from codecue.paths import runtime_dir
 
@@ -36,20 +37,30 @@ MAX_LOG_BYTES = 5 * 1024 * 1024
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the terminating NUL
 
 
+def _per_class(name: str) -> str:
+    """One daemon per CPU class (it holds models loaded by that class's llama.cpp build): the native class
+    keeps the plain names, another one adds its name (``codecue-avx2.sock``)."""
+    cls = cpu_class()
+    if cls == "native":
+        return name
+    stem, dot, suffix = name.partition(".")
+    return f"{stem}-{cls}{dot}{suffix}"
+
+
 def socket_path() -> Path:
-    return runtime_dir() / SOCKET_NAME
+    return runtime_dir() / _per_class(SOCKET_NAME)
 
 
 def pid_path() -> Path:
-    return runtime_dir() / PID_NAME
+    return runtime_dir() / _per_class(PID_NAME)
 
 
 def lock_path() -> Path:
-    return runtime_dir() / LOCK_NAME
+    return runtime_dir() / _per_class(LOCK_NAME)
 
 
 def log_path() -> Path:
-    return runtime_dir() / LOG_NAME
+    return runtime_dir() / _per_class(LOG_NAME)
 
 
 def ensure_runtime_dir() -> Path:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from codecue.backends.cpu_class import llamacpp_build
 from codecue.backends.native_check import cpu_model_name, cpu_signature
 from codecue.paths import atomic_write_text, cache_dir, read_json_object
 from codecue.tuning.k_choice import DEFAULT_K_MAX, CostModel
@@ -79,8 +80,8 @@ def _file_identity(path: str | None) -> str:
 
 
 def _runtime_versions() -> str:
-    versions = []
-    for package in ("llama_cpp_python", "torch"):
+    versions = [f"llama.cpp={llamacpp_build()}"]  # the CPU class's build: each class is measured apart
+    for package in ("torch",):
         try:
             versions.append(f"{package}={importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:

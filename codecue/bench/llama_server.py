@@ -1,0 +1,167 @@
+"""llama.cpp's own llama-server as a bench peer: what llama.vim and llama.vscode users run.
+
+The server is built from the same patched llama.cpp sources as CodeCue's llama-cpp-python, for the CPU class
+being measured (``scripts/build_llama_server.sh``; :func:`codecue.backends.cpu_class.server_binary`), started
+by the bench on a free loopback port and stopped after. Each configuration is one server process: the
+target alone, the target with the draft model (``-md``, ``--spec-type draft-simple``, ``--spec-draft-n-max``),
+the target with llama.cpp's n-gram speculation (``--spec-default``), on the shipped files and on the layouts
+CodeCue made. A point is
+one ``/completion`` request with CodeCue's own prompt token ids, greedy (``temperature`` 0, ``top_k`` 1),
+without prompt caching; time per token and to the first token are the server's own ``timings``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codecue.backends.cpu_class import cpu_class, server_binary
+from codecue.errors import BackendUnavailable, CodeCueError
+
+START_TIMEOUT_S = 300.0  # loading a model and warming it on a slow, loaded machine
+REQUEST_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One way to run llama-server: its label in reports, the model files, and the flags that differ."""
+
+    label: str
+    target: Path
+    draft: Path | None = None
+    flags: tuple[str, ...] = ()
+
+    def argv(self, binary: Path, port: int, threads: int, n_ctx: int) -> list[str]:
+        argv = [str(binary), "-m", str(self.target), "--host", "127.0.0.1", "--port", str(port),
+                "-t", str(threads), "-c", str(n_ctx), "-np", "1", "--no-webui"]
+        if self.draft is not None:
+            argv += ["-md", str(self.draft)]
+        return [*argv, *self.flags]
+
+
+def standard_configs(target: Path, draft: Path | None, *, draft_max: int = 16, suffix: str = "") -> list[ServerConfig]:
+    """The configurations users run: the target alone, with the draft model, with n-gram speculation.
+    ``suffix`` names the layout in the labels (", Q4_0 target")."""
+    configs = [ServerConfig(f"llama-server target{suffix}", target),
+               ServerConfig(f"llama-server ngram{suffix}", target, flags=("--spec-default",))]
+    if draft is not None:
+        # A plain draft model needs its type named: the server infers one only for EAGLE/MTP-style drafts.
+        configs.insert(1, ServerConfig(f"llama-server -md draft{suffix}", target, draft,
+                                       ("--spec-type", "draft-simple", "--spec-draft-n-max", str(draft_max))))
+    return configs
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Completion:
+    tokens: list[int]
+    ttft_ms: float  # the server's prompt evaluation (which yields the first token)
+    tpot_ms: float  # the server's time per generated token
+    total_ms: float
+    drafted: int = 0
+    accepted: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+class LlamaServer:
+    """A llama-server process for one :class:`ServerConfig`, on loopback; a context manager."""
+
+    def __init__(self, config: ServerConfig, *, binary: Path | None = None, threads: int | None = None,
+                 n_ctx: int = 4096) -> None:
+        self.config = config
+        self.binary = binary or server_binary()
+        if not self.binary.is_file():
+            raise BackendUnavailable(f"llama-server for the {cpu_class()} class is not built ({self.binary})",
+                                     f"bash scripts/build_llama_server.sh --class {cpu_class()}")
+        self.threads = threads or len(os.sched_getaffinity(0))
+        self.n_ctx = n_ctx
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LlamaServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        import tempfile
+
+        log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
+        self.log_path = Path(log.name)
+        self.process = subprocess.Popen(self.config.argv(self.binary, self.port, self.threads, self.n_ctx),
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise CodeCueError(f"llama-server ({self.config.label}) exited with {self.process.returncode} "
+                                   f"while starting: {self._log_tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        self.close()
+        raise CodeCueError(f"llama-server ({self.config.label}) did not come up within {START_TIMEOUT_S:.0f} s")
+
+    def _log_tail(self, lines: int = 5) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-lines:])
+
+    def complete(self, prompt: Sequence[int], max_tokens: int) -> Completion:
+        """Greedy completion of ``prompt`` (token ids), up to ``max_tokens`` (the model's end-of-generation
+        tokens stop it as they stop CodeCue)."""
+        body = json.dumps({"prompt": list(prompt), "n_predict": max_tokens, "temperature": 0.0, "top_k": 1,
+                           "cache_prompt": False, "return_tokens": True, "stream": False}).encode()
+        request = urllib.request.Request(self.url + "/completion", data=body,
+                                         headers={"Content-Type": "application/json"})
+        start = time.perf_counter()
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise CodeCueError(f"llama-server ({self.config.label}) answered {exc.code}: "
+                               f"{exc.read()[:300].decode(errors='replace')}") from None
+        total_ms = (time.perf_counter() - start) * 1e3
+        timings = answer.get("timings", {})
+        return Completion(tokens=[int(t) for t in answer.get("tokens", [])],
+                          ttft_ms=float(timings.get("prompt_ms", 0.0)),
+                          tpot_ms=float(timings.get("predicted_per_token_ms", 0.0)), total_ms=total_ms,
+                          drafted=int(timings.get("draft_n", 0)), accepted=int(timings.get("draft_n_accepted", 0)),
+                          raw=timings)
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.process = None
+        if self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
