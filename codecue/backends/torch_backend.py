@@ -13,7 +13,8 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -243,6 +244,35 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
         raise ValueError(f"unknown dtype {dtype!r}; choose auto, float32, bfloat16, float16 or int8") from None
 
 
+#: transformers' advice on loading a quantized GGUF in another dtype than float32 (its packed-weight kernels
+#: compute in float32). CodeCue chooses the dtype itself (bf16 where that is fastest here) and keeps a
+#: dequantized copy, so the advice is not for its users; it printed during `scripts/setup.sh`.
+GGUF_DTYPE_ADVICE = "Loading a GGUF checkpoint with its weights packed is fastest in float32"
+_GGUF_QUANTIZER_LOGGER = "transformers.quantizers.quantizer_gguf"
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+@contextmanager
+def without_gguf_dtype_advice() -> Iterator[None]:
+    """Drop exactly :data:`GGUF_DTYPE_ADVICE` from transformers' GGUF loader while loading a GGUF file; its
+    other messages (a file it cannot read, a missing vocabulary) still show."""
+    logger = logging.getLogger(_GGUF_QUANTIZER_LOGGER)
+    drop = _DropMessage(GGUF_DTYPE_ADVICE)
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
 def converted_cache_dir(gguf_path: Path, dtype: torch.dtype) -> Path:
     """Where the dequantized copy of a GGUF file is kept: dequantizing takes a minute, loading seconds."""
     stat = gguf_path.stat()
@@ -334,7 +364,8 @@ class TorchBackend(BackendBase):
             else:
                 kwargs["gguf_file"] = gguf_file
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+            with without_gguf_dtype_advice():
+                model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
             if gguf_file and converted is not None:
                 save_converted(model, converted)
         except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:

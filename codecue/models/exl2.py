@@ -56,7 +56,7 @@ def dequantize_gguf(gguf_path: Path) -> Path:
     dequantized copies (an existing copy in any dtype is reused)."""
     from transformers import AutoModelForCausalLM
 
-    from codecue.backends.torch_backend import converted_cache_dir, save_converted
+    from codecue.backends.torch_backend import converted_cache_dir, save_converted, without_gguf_dtype_advice
 
     hf_dir = next((d for d in (converted_cache_dir(gguf_path, dt) for dt in (torch.float16, torch.bfloat16, torch.float32))
                    if (d / "config.json").is_file()), None)
@@ -64,8 +64,9 @@ def dequantize_gguf(gguf_path: Path) -> Path:
         hf_dir = converted_cache_dir(gguf_path, torch.float16)
         log.info("dequantizing %s to %s", gguf_path, hf_dir)
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
-                                                         dtype=torch.float16)
+            with without_gguf_dtype_advice():
+                model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
+                                                             dtype=torch.float16)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise ModelError(f"could not dequantize {gguf_path}: {str(exc).splitlines()[0]}",
                              "check the file with `codecue models verify`, or convert an HF directory instead") from None
