@@ -16,7 +16,8 @@ import pytest
 from codecue import __version__
 from codecue.backends.cpu_class import cpu_class, llamacpp_build
 from codecue.bench.peers import PEERS, peer_name
-from codecue.bench.report import KERNEL_FLAG_PREFIXES, SOURCE_ROOT
+from codecue.bench.points import CORPUS_DIR
+from codecue.bench.report import KERNEL_FLAG_PREFIXES, SOURCE_ROOT, report_path
 from codecue.cli import main
 from codecue.commands import bench
 
@@ -214,3 +215,10 @@ def test_context_and_prompt_cost_reports_carry_meta_and_no_machine_path(tmp_path
                  "--json", str(out)]) == 0
     assert_report_meta(out, "prompt-cost", "codecue bench --prompt-cost sample.py --layouts psm", tmp_path_factory)
     assert [row["file"] for row in json.loads(out.read_text())["rows"]] == ["sample.py"]
+
+
+def test_a_report_names_corpus_files_from_the_corpus_and_others_by_name(tmp_path):
+    assert report_path(CORPUS_DIR / "heldout" / "python" / "a.py") == "heldout/python/a.py"
+    link = tmp_path / "model.gguf"
+    link.symlink_to(tmp_path / "0123abcd")  # a cached file named by its hash
+    assert report_path(link) == "model.gguf"

@@ -79,9 +79,10 @@ def source_commit() -> str:
 
 
 def report_path(path: str | Path) -> str:
-    """How a report names a file: relative to the corpus for a corpus file, else by its name."""
+    """How a report names a file: relative to the corpus for a corpus file, else by its name (as given: a
+    cached model may be a link to a file named by its hash)."""
     resolved, corpus = Path(path).resolve(), CORPUS_DIR.resolve()
-    return resolved.relative_to(corpus).as_posix() if resolved.is_relative_to(corpus) else resolved.name
+    return resolved.relative_to(corpus).as_posix() if resolved.is_relative_to(corpus) else Path(path).name
 
 
 def write_report(path: Path | None, meta: dict[str, Any], data: dict[str, Any]) -> None:
