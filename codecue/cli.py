@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module with ``add_arguments(parser)`` and ``run(args) -> int``; this file
 only wires them together. Subcommand modules keep heavy imports (torch, transformers) inside ``run`` so
-that ``codecue --help`` stays instant.
+that ``codecue --help`` stays instant. A module's ``PARSER_OPTIONS``, where it has them, are passed to
+its parser (``codecue bench`` takes its arguments unparsed and hands them to the benchmark's own parser).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from codecue.errors import CodeCueError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "complete": ("codecue.commands.complete", "complete at a position in a file and print the text"),
-    "bench": ("codecue.commands.bench", "benchmark speculative decoding against target-only and peers"),
+    "bench": ("codecue.commands.bench", "benchmarks: speed against target-only and peers, quality, replay, ... (codecue bench -h)"),
     "models": ("codecue.commands.models", "list, pull, verify (and convert) models"),
     "serve": ("codecue.commands.serve", "run the language server (what editors spawn)"),
     "daemon": ("codecue.commands.daemon", "start, stop or query the per-user daemon"),
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         except ImportError as exc:  # a part that is not built yet must not break the others
             logging.getLogger(__name__).debug("subcommand %s unavailable: %s", name, exc)
             continue
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, **getattr(module, "PARSER_OPTIONS", {}))
         module.add_arguments(p)
         p.set_defaults(_module=module)
     return parser

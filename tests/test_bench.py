@@ -1,22 +1,37 @@
-"""`codecue bench` end to end on tiny models: every method side by side, JSON, table and plot."""
+"""`codecue bench` end to end on tiny models: every method side by side, JSON, table and plot; the
+subcommands, the previous release's flag forms, and the meta record of every raw report."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import sys
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
 
+import pytest
+
+from codecue import __version__
+from codecue.backends.cpu_class import cpu_class, llamacpp_build
+from codecue.bench.peers import PEERS, peer_name
+from codecue.bench.points import CORPUS_DIR
+from codecue.bench.report import KERNEL_FLAG_PREFIXES, SOURCE_ROOT, report_path
 from codecue.cli import main
+from codecue.commands import bench
 
 SOURCE = "import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 
 
-def test_bench_points_file_json_and_plot(tmp_path, tiny_dirs, capsys):
+def test_bench_points_file_json_and_plot(tmp_path, tmp_path_factory, tiny_dirs, capsys):
     src = tmp_path / "sample.py"
     src.write_text(SOURCE)
     points = tmp_path / "points.jsonl"
     points.write_text(json.dumps({"path": "sample.py", "line": 8, "character": 4}) + "\n"
                       + json.dumps({"path": str(src), "line": 4, "character": 11}) + "\n")
     out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
-    rc = main(["bench", "--points", str(points), "--target", str(tiny_dirs["target"]),
+    rc = main(["bench", "speed", "--points", str(points), "--target", str(tiny_dirs["target"]),
                "--draft", str(tiny_dirs["target"]), "--backend", "torch", "--dtype", "float32",
                "--max-tokens", "12", "--draft-vocab", "full", "--methods", "target", "draft", "ngram", "hybrid", "hf-assisted",
                "--json", str(out), "--plot", str(plot)])
@@ -32,12 +47,14 @@ def test_bench_points_file_json_and_plot(tmp_path, tiny_dirs, capsys):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = capsys.readouterr().out
     assert "| method" in table and "hf-assisted" in table
+    assert data["models"] == {"target": "target", "draft": "target"}
+    assert_report_meta(out, "speed", f"codecue bench speed --points {points.name} --target target", tmp_path_factory)
 
 
 def test_bench_bad_points_file_is_a_clear_error(tmp_path, capsys):
     points = tmp_path / "points.jsonl"
     points.write_text('{"path": "missing.py", "line": 0, "character": 0}\n')
-    assert main(["bench", "--points", str(points)]) == 1
+    assert main(["bench", "speed", "--points", str(points)]) == 1
     err = capsys.readouterr().err
     assert "bad point" in err and "Traceback" not in err
 
@@ -60,12 +77,13 @@ def test_bench_k_comparison_tuned_vs_fixed(tmp_path, tiny_dirs, capsys, monkeypa
     profile.write_text("version = 1\n[models]\nruntime = \"torch\"\n"
                        "[languages.python]\nstatement_start = { k = 3 }\nblock_start = { k = 3 }\n")
     out = tmp_path / "bench.json"
-    rc = main(["bench", "--points", str(points), "--target", str(tiny_dirs["target"]),
+    rc = main(["bench", "k-compare", "1", "4", "--points", str(points), "--target", str(tiny_dirs["target"]),
                "--draft", str(tiny_dirs["target"]), "--backend", "torch", "--dtype", "float32",
-               "--max-tokens", "10", "--draft-vocab", "full", "--k-compare", "1", "4", "--profile", str(profile),
+               "--max-tokens", "10", "--draft-vocab", "full", "--profile", str(profile),
                "--json", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
+    assert data["meta"]["kind"] == "k-compare"
     methods = {r["method"] for r in data["runs"]}
     assert methods == {"target", "hybrid@1", "hybrid@4", "hybrid@tuned"}
     assert all(r["identical"] for r in data["runs"])
@@ -95,5 +113,112 @@ def test_bench_rejects_bad_k_methods(tmp_path, capsys):
             assert bad in str(exc)
         else:
             raise AssertionError(f"{bad} accepted")
-    assert main(["bench", "--k-compare", "0"]) == 1
-    assert "--k-compare" in capsys.readouterr().err
+    assert main(["bench", "k-compare", "0"]) == 1
+    assert "k-compare" in capsys.readouterr().err
+
+
+# -- the subcommands and the previous release's flag forms ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(bench.SUBCOMMANDS))
+def test_every_subcommand_has_help(name, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", name, "--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: codecue bench {name}")
+
+
+def test_bench_help_lists_the_subcommands(capsys):
+    assert main(["bench", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in bench.SUBCOMMANDS)
+    assert main(["bench", "nothing"]) == 1
+    assert "unknown benchmark" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("former", "current"), [
+    ([], ["speed"]),
+    (["--quick", "--max-tokens", "8"], ["speed", "--quick", "--max-tokens", "8"]),
+    (["--methods", "target", "llama-target"], ["speed", "--methods", "target", "llama-target"]),
+    (["--quality", "--per-language", "3"], ["quality", "--per-language", "3"]),
+    (["--max-tokens", "24", "--replay", "f.py", "--layouts", "psm", "psm-mid"],
+     ["replay", "f.py", "--max-tokens", "24", "--layouts", "psm", "psm-mid"]),
+    (["--replay=f.py"], ["replay", "f.py"]),
+    (["--prompt-cost", "a.py", "b.py", "--first-tokens", "32"], ["prompt-cost", "a.py", "b.py", "--first-tokens", "32"]),
+    (["--points", "p.jsonl", "--k-compare", "1", "4", "--profile", "k.toml"],
+     ["k-compare", "1", "4", "--points", "p.jsonl", "--profile", "k.toml"]),
+    (["--backend", "remote", "--quick"], ["remote", "--backend", "remote", "--quick"]),
+    (["--remote", "http://host:8080", "--quick"], ["remote", "--remote", "http://host:8080", "--quick"]),
+])
+def test_a_former_flag_form_reaches_the_subcommands_run(former, current, monkeypatch, capsys):
+    reached = []
+    module_name = bench.SUBCOMMANDS[current[0]][0]
+    monkeypatch.setattr(f"{module_name}.run", lambda args: reached.append(args) or 0)
+    assert main(["bench", *former]) == 0
+    assert "goes away in the next release" in capsys.readouterr().err
+    assert main(["bench", *current]) == 0
+    assert capsys.readouterr().err == ""
+    by_former, by_current = (vars(args) for args in reached)
+    assert by_former.pop("typed_argv") == tuple(former) and by_current.pop("typed_argv") == tuple(current)
+    assert by_former == by_current
+
+
+def test_the_python_loop_peers_say_so_and_keep_their_former_names():
+    for name in ("llama-target", "llama-lookup", "llama-draft"):
+        assert peer_name(name) == f"py-{name}" and PEERS[f"py-{name}"].description.startswith(
+            "llama-cpp-python, Python loop")
+    assert peer_name("hybrid@4") == "hybrid@4"
+
+
+# -- the raw reports -----------------------------------------------------------------------------------
+
+
+def assert_report_meta(path: Path, kind: str, command_start: str, tmp_path_factory) -> dict:
+    """The report at ``path`` has its meta record, and names no directory of this machine anywhere."""
+    text = path.read_text()
+    meta = json.loads(text)["meta"]
+    assert set(meta) == {"kind", "cpu", "cpu_flags", "cpu_class", "llama_cpp", "command", "commit", "date"}
+    assert meta["kind"] == kind and meta["command"].startswith(command_start)
+    assert meta["cpu_class"] == cpu_class() and meta["llama_cpp"] == llamacpp_build()
+    assert isinstance(meta["cpu"], str) and meta["cpu_flags"] == sorted(meta["cpu_flags"])
+    assert all(flag.startswith(KERNEL_FLAG_PREFIXES) for flag in meta["cpu_flags"])
+    assert re.fullmatch(r"[0-9a-f]{4,40}(-dirty)?", meta["commit"]) or meta["commit"] == __version__
+    assert datetime.fromisoformat(meta["date"]).utcoffset() == timedelta(0)
+    for directory in (tmp_path_factory.getbasetemp(), Path.home(), SOURCE_ROOT, Path(sys.prefix),
+                      Path(tempfile.gettempdir()), Path.cwd()):
+        assert str(directory) not in text, directory
+    for key, value in _strings(json.loads(text)):
+        assert key == "text" or not os.path.isabs(value), (key, value)  # "text": what a model wrote
+    return meta
+
+
+def _strings(value, key=""):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, k)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v, key)
+    elif isinstance(value, str):
+        yield key, value
+
+
+def test_context_and_prompt_cost_reports_carry_meta_and_no_machine_path(tmp_path, tmp_path_factory, tiny_dirs):
+    out = tmp_path / "context.json"
+    assert main(["bench", "context", "--lines", "60", "--samples", "3", f"--json={out}"]) == 0
+    meta = assert_report_meta(out, "context", "codecue bench context --lines 60", tmp_path_factory)
+    assert meta["command"] == "codecue bench context --lines 60 --samples 3 --json=context.json"
+    source = tmp_path / "sample.py"
+    source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(40)))
+    out = tmp_path / "cost.json"
+    assert main(["bench", "--prompt-cost", str(source), "--layouts", "psm", "--target", str(tiny_dirs["target"]),
+                 "--json", str(out)]) == 0
+    assert_report_meta(out, "prompt-cost", "codecue bench --prompt-cost sample.py --layouts psm", tmp_path_factory)
+    assert [row["file"] for row in json.loads(out.read_text())["rows"]] == ["sample.py"]
+
+
+def test_a_report_names_corpus_files_from_the_corpus_and_others_by_name(tmp_path):
+    assert report_path(CORPUS_DIR / "heldout" / "python" / "a.py") == "heldout/python/a.py"
+    link = tmp_path / "model.gguf"
+    link.symlink_to(tmp_path / "0123abcd")  # a cached file named by its hash
+    assert report_path(link) == "model.gguf"

@@ -77,12 +77,12 @@ def test_explain_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_bench_script_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
-    from codecue.context import bench
+    from codecue.bench import context as bench
 
     result = bench.run_benchmark(lines=200, samples=5)
     assert result["lines"] == 200
     assert result["context_median_ms"] > 0 and result["reparse_median_ms"] > 0
-    assert bench.main(["--lines", "100", "--samples", "3"]) == 0
+    assert main(["bench", "context", "--lines", "100", "--samples", "3"]) == 0
     assert "median" in capsys.readouterr().out
     assert bench.generate_source(2000).count("\n") == 2000
 

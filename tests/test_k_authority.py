@@ -110,7 +110,7 @@ def test_codecue_complete_asks_the_authority(costs, expected, costs_file, tiny_d
 @pytest.mark.parametrize(("costs", "expected"), [(None, 0), (AVX2, 0), (CHEAP, "profile")])
 def test_bench_default_asks_the_authority(costs, expected, costs_file, make_completer):
     from codecue.bench.points import Point
-    from codecue.commands.bench import _default_method
+    from codecue.bench.speed import default_method
 
     completer = make_completer(draft="target")
     record(costs, completer.runtime, *completer.names)
@@ -118,7 +118,7 @@ def test_bench_default_asks_the_authority(costs, expected, costs_file, make_comp
     lines = SOURCE.split("\n")
     prefix = "\n".join(lines[:line]) + "\n" + lines[line][:character]
     point = Point("config_reader.py", "python", line, character, prefix, SOURCE[len(prefix):], "")
-    run = _default_method(completer, None, max_tokens=6)
+    run = default_method(completer, None, max_tokens=6)
     records = [run(point, completer.build_prompt(point.prefix, point.suffix)) for _ in range(2)]
     want = 0 if expected == 0 else profile_k()
     assert [r.note for r in records] == [f"K={want}..{want if want == 0 else 12}"] * 2

@@ -1,4 +1,4 @@
-"""``codecue bench --quality``: the points, the prompts of each variant and the scoring (no model)."""
+"""``codecue bench quality``: the points, the prompts of each variant and the scoring (no model)."""
 
 from __future__ import annotations
 

@@ -473,7 +473,8 @@ def test_rounds_after_cancel_counts_the_round_in_progress():
 
 
 def test_replay_types_the_file_and_reports_reuse_side_by_side(make_completer, tmp_path):
-    from codecue.server.replay import choose_stretch, format_pair, percentile, run_replay
+    from codecue.bench.replay import choose_stretch, percentile, run_replay
+    from codecue.bench.report import format_replay_pair
 
     source = tmp_path / "sample.py"
     source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(60)))
@@ -490,14 +491,14 @@ def test_replay_types_the_file_and_reports_reuse_side_by_side(make_completer, tm
     # Without reuse every generation evaluates its whole prompt; with it, a keystroke costs a few tokens.
     assert off["prefilled_tokens_mean"] == off["prompt_tokens_mean"]
     assert on["prefilled_tokens"][-1] < on["prompt_tokens_mean"] / 2
-    table = format_pair({"reuse": on, "no_reuse": off})
+    table = format_replay_pair({"reuse": on, "no_reuse": off})
     assert "reuse on" in table and "keystroke -> first text p50" in table
     assert percentile([10.0, None, 30.0], 50) == 30.0 and percentile([None, None, 1.0], 50) is None
 
 
 def test_the_replay_loads_the_models_in_a_child_process_as_the_server_does(tiny_dirs, tiny_tokenizer, tmp_path):
+    from codecue.bench.replay import load_models, run_replay
     from codecue.models.config import ModelConfig
-    from codecue.server.replay import load_models, run_replay
 
     source = tmp_path / "sample.py"
     source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(40)))
@@ -514,7 +515,7 @@ def test_the_replay_loads_the_models_in_a_child_process_as_the_server_does(tiny_
 
 
 def test_a_key_answered_with_no_suggestion_before_the_next_key_is_not_timed_but_a_replaced_one_is_censored():
-    from codecue.server.replay import Keystroke
+    from codecue.bench.replay import Keystroke
 
     empty = Keystroke(0, ")", 1, sent=10.0, gap_s=0.6, answered_empty=10.2)
     replaced = Keystroke(1, "x", 2, sent=11.0, gap_s=0.6, answered_empty=11.7)  # answered [] after the next key
@@ -526,7 +527,8 @@ def test_a_key_answered_with_no_suggestion_before_the_next_key_is_not_timed_but_
 
 def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_short_first_prompt(make_completer,
                                                                                                tmp_path):
-    from codecue.server.replay import enter_lines, format_layouts, run_enter_replay
+    from codecue.bench.replay import enter_lines, run_enter_replay
+    from codecue.bench.report import format_replay_layouts
 
     source = tmp_path / "sample.py"
     text = "".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(80))
@@ -548,7 +550,7 @@ def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_shor
     assert max(short["prefilled_tokens"]) <= 45 and short["places"] == 3
     typing = {"first_text_ms_new_generation": full["first_text_ms"], "first_text_ms_unpredicted": full["first_text_ms"],
               "nothing_to_show": 0}
-    table = format_layouts({"psm-mid": {"typing": typing, "enter": short}})
+    table = format_replay_layouts({"psm-mid": {"typing": typing, "enter": short}})
     assert "Enter at new place" in table and "unpredicted keys" in table
 
 

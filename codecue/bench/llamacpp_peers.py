@@ -1,6 +1,9 @@
-"""llama.cpp as the peer to beat: its own decoding modes, timed the same way as CodeCue's engine.
+"""Decoding loops written in Python against llama-cpp-python, timed the same way as CodeCue's engine.
 
-``codecue bench`` runs these side by side with CodeCue on the same GGUF models and prompts:
+These are re-implementations in Python (llama-cpp-python's ``Llama.generate`` loop, and CodeCue's drafting
+behind its draft-model hook), not the native decoder a llama.cpp or llama.vim user runs (``llama-server``);
+``codecue bench speed`` names them ``py-llama-*`` (:mod:`codecue.bench.peers`) and runs them side by side
+with CodeCue on the same GGUF models and prompts:
 
 - ``target_only``: llama-cpp-python's ``Llama.generate`` with a greedy sampler (llama.cpp's own decode
   loop; the prompt is evaluated with logits for its last position only, as llama.cpp does).
@@ -31,6 +34,11 @@ from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
+from codecue.backends.base import CachedSequence
+from codecue.backends.llamacpp import LlamaCppBackend, _load_lib, physical_core_count
 from codecue.errors import BackendUnavailable, ModelError
 
 Timings = dict[str, float]
@@ -40,6 +48,7 @@ _default_params_lock = threading.Lock()
 
 
 def _import_llama() -> Any:
+    # llama-cpp-python is optional: imported where a peer runs, so that this module imports without it.
     try:
         import llama_cpp
     except ImportError as e:
@@ -67,8 +76,6 @@ class LlamaCppPeers:
         flash_attn: bool = True,
         repack: bool = True,
     ) -> None:
-        from codecue.backends.llamacpp import _load_lib, physical_core_count
-
         _load_lib()  # silences llama.cpp's logging (errors only) before anything is loaded
         llama_cpp = _import_llama()
         self._llama_cpp = llama_cpp
@@ -131,7 +138,7 @@ class LlamaCppPeers:
     @property
     def speculative(self) -> Any:
         if self._speculative is None:
-            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # optional: see _import_llama
 
             # The draft model is swapped per call; any draft_model makes Llama keep all logits.
             self._speculative = self._new_llama(logits_all=True, draft_model=LlamaPromptLookupDecoding())
@@ -142,8 +149,6 @@ class LlamaCppPeers:
         if self._draft_backend is None:
             if self.draft_path is None:
                 raise ValueError("draft-model speculation needs a draft model path")
-            from codecue.backends.llamacpp import LlamaCppBackend
-
             self._draft_backend = LlamaCppBackend.load(
                 self.draft_path, n_ctx=self.n_ctx, n_threads=self.n_threads, repack=self.repack
             )
@@ -195,7 +200,7 @@ class LlamaCppPeers:
         max_ngram_size: int = 2,
     ) -> tuple[list[int], Timings]:
         """llama-cpp-python's prompt-lookup speculative decoding (its defaults: 10 tokens, 2-grams)."""
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # optional: see _import_llama
 
         with self._lock:
             llm = self.speculative
@@ -314,8 +319,6 @@ class CountingDraftModel(_llama_draft_model_base()):  # type: ignore[misc]
 
 
 def np_intc(tokens: Sequence[int]) -> Any:
-    import numpy as np
-
     return np.asarray(tokens, dtype=np.intc)
 
 
@@ -327,8 +330,6 @@ class GreedyDraftModel(CountingDraftModel):
     """
 
     def __init__(self, backend: Any, draft_max: int = 4, p_min: float = 0.75) -> None:
-        from codecue.backends.base import CachedSequence
-
         super().__init__()
         if draft_max < 1:
             raise ValueError(f"draft_max must be >= 1, got {draft_max}")
@@ -338,8 +339,6 @@ class GreedyDraftModel(CountingDraftModel):
         self.p_min = p_min
 
     def propose(self, context: list[int]) -> list[int]:
-        import torch
-
         draft: list[int] = []
         logits = self.seq.sync(context, 1)[-1]
         for i in range(self.draft_max):

@@ -25,6 +25,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from codecue.errors import BackendUnavailable, ModelError
 
 Timings = dict[str, float]
@@ -33,6 +35,7 @@ _INSTALL_HINT = "install it with: pip install 'codecue[openvino]'"
 
 
 def _import_genai() -> Any:
+    # openvino-genai is optional: imported where a peer runs, so that this module imports without it.
     try:
         import openvino_genai
     except ImportError as e:
@@ -97,8 +100,7 @@ class OpenVinoPeers:
 
     def _run(self, speculative: bool, prompt_ids: Sequence[int], max_new_tokens: int,
              stop_ids: Collection[int] | None, num_assistant_tokens: int) -> tuple[list[int], Timings]:
-        import numpy as np
-        import openvino
+        import openvino  # optional, as openvino_genai (which brings it) is
 
         with self._lock:
             pipe = self._pipeline(speculative)

@@ -10,9 +10,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from codecue.document import split_at
 from codecue.errors import CodeCueError
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
+LANGUAGES = ["python", "javascript", "typescript", "go", "rust", "java", "c", "cpp"]  # the built-in corpus's
 
 EXTENSIONS = {
     ".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript", ".tsx": "typescript",
@@ -76,14 +78,12 @@ def hole_points(path: Path, per_file: int, hole_lines: int = 3, skip_fraction: f
 def builtin_points(languages: list[str] | None, per_file: int, split: str = "heldout") -> list[Point]:
     files = corpus_files(split, languages)
     if not files:
-        raise CodeCueError(f"no corpus files for languages {languages}", "see `codecue bench --help` for the list")
+        raise CodeCueError(f"no corpus files for languages {languages}", "see `codecue bench speed --help` for the list")
     return [p for f in files for p in hole_points(f, per_file)]
 
 
 def load_points_file(path: Path) -> list[Point]:
     """One JSON object per line with ``path``, ``line``, ``character`` (0-based, UTF-16 as in LSP)."""
-    from codecue.document import split_at
-
     points = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

@@ -1,4 +1,4 @@
-"""``codecue bench --prompt-cost FILE``: how many prompt tokens the target must evaluate per keystroke,
+"""``codecue bench prompt-cost FILE...``: how many prompt tokens the target must evaluate per keystroke,
 for each prompt layout, as the server builds prompts (anchored prefix, KV cache reuse by common prefix).
 
 No model runs: the cache is simulated with the real tokenizer, so the counts do not depend on how busy
@@ -14,6 +14,7 @@ end of a line at a new place in the file.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
@@ -21,12 +22,35 @@ from pathlib import Path
 from typing import Any
 
 from codecue.backends.base import common_prefix_length
+from codecue.bench.replay import choose_stretch, enter_lines
+from codecue.bench.report import format_prompt_costs, report_meta, report_path, write_report
 from codecue.engine.fim import LAYOUTS, PromptBudget, build_fim_prompt, prompt_within
+from codecue.models.resolve import resolve_model
+from codecue.models.tokenizer import load_tokenizer
 from codecue.server.prompt import stable_prefix
-from codecue.server.replay import choose_stretch, enter_lines
-from codecue.tables import markdown_table
 
 GENERATED_TOKENS = 16  # what each generation leaves in the cache after its prompt
+DEFAULT_SETTINGS = ("psm", "psm:full", "psm-mid", "psm-mid:full", "spm")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", type=Path, metavar="FILE", help="the files to type into")
+    parser.add_argument("--layouts", nargs="+", metavar="LAYOUT[:full]", default=DEFAULT_SETTINGS,
+                        help="the prompt layouts to compare (psm, psm-mid, spm); LAYOUT:full always sends the "
+                             f"full prompt, no shorter first prompt (default: {' '.join(DEFAULT_SETTINGS)})")
+    parser.add_argument("--first-tokens", type=int, default=64,
+                        help="new prompt tokens allowed at a place the cache does not hold (the server derives it "
+                             "from its measured prefill speed; 64 ~ 400 ms on 2 cores)")
+    parser.add_argument("--target", help="the target whose tokenizer counts (default: the configured target)")
+    parser.add_argument("--json", dest="json_out", type=Path, help="write the rows and meta here")
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = prompt_costs(load_tokenizer(resolve_model(args.target, "target")), args.files, args.layouts,
+                        first_tokens=args.first_tokens)
+    print(format_prompt_costs(rows))
+    write_report(args.json_out, report_meta("prompt-cost", args.typed_argv), {"rows": rows})
+    return 0
 
 
 class SimulatedCache:
@@ -98,14 +122,7 @@ def prompt_costs(tokenizer, files: Sequence[Path], settings: Sequence[str] = (*L
             layout, _, mode = setting.partition(":")
             b = replace(base, layout=layout)
             limit = None if mode == "full" else first_tokens
-            rows.append({"file": str(path), "lines": text.count("\n") + 1, "layout": setting,
+            rows.append({"file": report_path(path), "lines": text.count("\n") + 1, "layout": setting,
                          "typing": _summary(typing_costs(tokenizer, text, b, limit=limit)),
                          "enter": _summary(enter_costs(tokenizer, text, b, limit=limit))})
     return rows
-
-
-def format_costs(rows: list[dict[str, Any]]) -> str:
-    header = ("file", "lines", "layout", "typing p50", "typing p90", "Enter p50", "Enter p90")
-    table = [header] + [(Path(r["file"]).name, str(r["lines"]), r["layout"], str(r["typing"]["p50"]),
-                         str(r["typing"]["p90"]), str(r["enter"]["p50"]), str(r["enter"]["p90"])) for r in rows]
-    return "prompt tokens evaluated per keystroke that needs a new generation\n" + markdown_table(table)

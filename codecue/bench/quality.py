@@ -1,4 +1,4 @@
-"""``codecue bench --quality``: what completions say, on held-out multi-file projects.
+"""``codecue bench quality``: what completions say, on held-out multi-file projects.
 
 Each point removes one line of a project file (from its indentation to its end; in every other point
 the line's first words stay, as if typed: :func:`typed_point`); the model sees the rest of the file
@@ -17,15 +17,21 @@ share their beginning and the KV cache does the rest: the run measures quality, 
 
 from __future__ import annotations
 
+import argparse
 import re
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from codecue.bench.points import CORPUS_DIR, language_of
+from rapidfuzz.distance import Levenshtein
+
+from codecue.bench.points import CORPUS_DIR, LANGUAGES, language_of
+from codecue.bench.report import format_quality_summary, report_meta, write_report
+from codecue.completion import Completer
 from codecue.context.chunks import ChunkPool, query_around
 from codecue.engine.fim import (
     FILE_SEP,
@@ -39,8 +45,9 @@ from codecue.engine.fim import (
 )
 from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion
 from codecue.errors import CodeCueError
+from codecue.models.flags import add_model_arguments, config_from_args
+from codecue.server.context_hooks import ContextHooks
 from codecue.server.prompt import uri_to_path
-from codecue.tables import markdown_table
 
 PROJECTS_DIR = CORPUS_DIR / "projects"
 CONTEXTS = ("none", "heads", "chunks")
@@ -255,6 +262,53 @@ DEFAULT_VARIANTS = ["psm-mid/chunks", "psm-mid/none", "psm-mid/heads", "psm/chun
                     "psm-mid/chunks/first", "psm-mid/none/first"]
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--variants", nargs="+", default=None,
+                        help="prompt variants LAYOUT/CONTEXT[/first] (psm|psm-mid|spm / none|heads|chunks; /first: "
+                             "the short prompt of a place the cache does not hold) or llama.vim (default: "
+                             f"{' '.join(DEFAULT_VARIANTS)})")
+    parser.add_argument("--languages", nargs="+", choices=LANGUAGES, help="project languages (default: all)")
+    parser.add_argument("--per-language", type=int, default=26, help="points per language")
+    parser.add_argument("--line-start-only", action="store_true",
+                        help="every point at its line's indentation (default: every other point has the first "
+                             "words of its line typed)")
+    parser.add_argument("--first-tokens", type=int, default=FIRST_TOKENS,
+                        help="new prompt tokens allowed at a place the cache does not hold (the server derives it "
+                             "from its measured prefill speed; 64 ~ 400 ms on 2 cores)")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--json", dest="json_out", type=Path,
+                        help="write the summary and every record here (after every point)")
+    add_model_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Every variant over the held-out project points, one model load, greedy target-only (the output is
+    what any K would give)."""
+    points = select_points(project_points(languages=args.languages), args.per_language,
+                           typed=not args.line_start_only)
+    names = args.variants or DEFAULT_VARIANTS
+    config = replace(config_from_args(args), draft_mode="none")
+    meta = report_meta("quality", args.typed_argv)
+    started = time.perf_counter()
+    completer = Completer.load(config)
+    print(f"{len(points)} points ({sum(p.cross_file for p in points)} cross-file, "
+          f"{len({p.language for p in points})} languages) x {len(names)} variants on {completer.runtime}",
+          file=sys.stderr)
+    records: list[QualityRecord] = []
+
+    def save(record: QualityRecord) -> None:  # after every point: a long run keeps what it measured
+        records.append(record)
+        write_report(args.json_out, meta, {"summary": summarise(records), "budget": QUALITY_BUDGET,
+                                           "max_tokens": args.max_tokens, "records": [asdict(r) for r in records]})
+
+    run_quality(completer, points, names, max_tokens=args.max_tokens,
+                progress=lambda m: print(m, file=sys.stderr, flush=True), on_record=save,
+                first_tokens=args.first_tokens)
+    print(format_quality_summary(summarise(records)))
+    print(f"({(time.perf_counter() - started) / 60:.1f} minutes)")
+    return 0
+
+
 # -- scoring -----------------------------------------------------------------------------------------
 @dataclass
 class QualityRecord:
@@ -275,8 +329,6 @@ class QualityRecord:
 
 def score(point: QualityPoint, variant: str, raw: str, stop_reason: str, prompt_tokens: int,
           ms: float) -> QualityRecord:
-    from rapidfuzz.distance import Levenshtein
-
     shown = tidy_completion(raw, point.prefix, point.suffix, stop_reason)
     # Strict about leading whitespace and newlines: the cursor is at the line's indentation, so a space
     # or a blank line first is what the editor would insert, and wrong.
@@ -294,8 +346,6 @@ def score(point: QualityPoint, variant: str, raw: str, stop_reason: str, prompt_
 
 def stop_for(point: QualityPoint) -> Callable[[str], int | None] | None:
     """The syntax-aware stop the server would use at this point (tree-sitter), else a blank line."""
-    from codecue.server.context_hooks import ContextHooks
-
     hooks = ContextHooks()
     uri = f"file:///{point.name}"
     text = point.prefix + point.suffix
@@ -352,14 +402,6 @@ def summarise(records: list[QualityRecord]) -> list[dict[str, Any]]:
                 "prompt_tokens": statistics.mean(r.prompt_tokens for r in mine),
             })
     return rows
-
-
-def format_summary(rows: list[dict[str, Any]]) -> str:
-    header = ("variant", "points", "n", "exact %", "edit sim", "raw repeats suffix %", "stops right %", "prompt tok")
-    table = [header] + [(r["variant"], r["points"], str(r["n"]), f"{r['exact']:.1f}", f"{r['edit_similarity']:.1f}",
-                         f"{r['repeats_suffix']:.1f}", f"{r['stops_right']:.1f}", f"{r['prompt_tokens']:.0f}")
-                        for r in rows]
-    return markdown_table(table)
 
 
 def rescore(records: list[dict[str, Any]], points: list[QualityPoint]) -> list[QualityRecord]:

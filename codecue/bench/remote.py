@@ -1,4 +1,4 @@
-"""``codecue bench --backend remote``: a shared server's latency next to the local default, in one run.
+"""``codecue bench remote``: a shared server's latency next to the local default, in one run.
 
 Per point, the same FIM prompt goes to the local models (target-only, and the default speculative
 ``hybrid`` mode at the run's K) and to the remote server (``stream: true``, greedy, same max tokens).
@@ -11,18 +11,49 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from dataclasses import asdict
 from typing import Any
 
-from codecue.bench.runner import RunRecord, summarise
+from codecue.backends.remote import RemoteSettings, choose_remote_url
+from codecue.bench.points import Point
+from codecue.bench.report import format_speed_table, report_meta, write_report
+from codecue.bench.runner import RunRecord, Summary, records_to_json, summarise
+from codecue.bench.speed import add_point_arguments, select_points, speed_config
+from codecue.completion import Completer
+from codecue.models.config import ModelConfig
+from codecue.models.flags import add_model_arguments
+from codecue.remote_completion import RemoteCompleter
 
 REMOTE_METHOD = "remote"
 
 
-def run_remote_bench(args: argparse.Namespace, points: list, config: Any, url: str) -> tuple[list, list[str]]:
-    from codecue.backends.remote import RemoteSettings
-    from codecue.completion import Completer
-    from codecue.remote_completion import RemoteCompleter
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_point_arguments(parser)
+    add_model_arguments(parser)  # --remote URL: the server (default: [remote] url in config.toml)
 
+
+def run(args: argparse.Namespace) -> int:
+    points = select_points(args)
+    config = speed_config(args)
+    url = choose_remote_url(args.remote, "remote")
+    shown_url = RemoteSettings(url=url).display_url  # never user:password
+    started = time.perf_counter()
+    summaries, methods, records = run_remote_bench(points, config, url, args.max_tokens)
+    title = (f"codecue bench: {len(points)} points, {args.max_tokens} tokens, local (K={config.k}) vs remote "
+             f"{shown_url}, speedup = local target-only TPOT / method TPOT")
+    print(title)
+    print(format_speed_table(summaries, methods))
+    elapsed = time.perf_counter() - started
+    print(f"({elapsed / 60:.1f} minutes)")
+    write_report(args.json_out, report_meta("remote", args.typed_argv), {
+        "title": title, "remote": shown_url, "methods": methods, "max_tokens": args.max_tokens, "k": config.k,
+        "elapsed_s": elapsed, "summary": [asdict(s) for s in summaries], "runs": records_to_json(records)})
+    return 0
+
+
+def run_remote_bench(points: list[Point], config: ModelConfig, url: str,
+                     max_tokens: int) -> tuple[list[Summary], list[str], list[RunRecord]]:
     print("loading the local models ...", file=sys.stderr)
     local = Completer.load(config)
     remote = RemoteCompleter(RemoteSettings.load(url), local.tokenizer, config.budget)
@@ -34,10 +65,10 @@ def run_remote_bench(args: argparse.Namespace, points: list, config: Any, url: s
         baseline = ""
         for method, mode, k in local_methods:
             local.reset_caches()
-            r = local.generate_ids(ids, max_tokens=args.max_tokens, k=k, draft_mode=mode, k_max=k)
+            r = local.generate_ids(ids, max_tokens=max_tokens, k=k, draft_mode=mode, k_max=k)
             records.append(_record(point, f"local:{method}", r))
             baseline = r.text if method == "target" else baseline
-        r = remote.generate_text(text_prompt, max_tokens=args.max_tokens)
+        r = remote.generate_text(text_prompt, max_tokens=max_tokens)
         records.append(_record(point, REMOTE_METHOD, r))
         for rec in records[-3:]:
             rec.identical = rec.text == baseline
@@ -46,10 +77,10 @@ def run_remote_bench(args: argparse.Namespace, points: list, config: Any, url: s
                   + ("" if rec.identical else "  DIFFERS"), file=sys.stderr, flush=True)
     remote.close()
     methods = [f"local:{m}" for m, _, _ in local_methods] + [REMOTE_METHOD]
-    return summarise(records, "local:target"), methods
+    return summarise(records, "local:target"), methods, records
 
 
-def _record(point: Any, method: str, result: Any) -> RunRecord:
+def _record(point: Point, method: str, result: Any) -> RunRecord:
     s = result.stats
     return RunRecord(point.name, point.language, method, list(result.tokens), result.text, s.ttft_ms, s.tpot_ms,
                      s.total_ms, s.new_tokens, s.drafted, s.accepted, s.rounds)

@@ -7,13 +7,14 @@ compare like with like. "identical" compares a method's tokens with target-only 
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from codecue.bench.points import Point
+from codecue.context.documents import DocumentTrees
+from codecue.context.languages import language_for_path
 
 # method id -> (draft mode, description)
 ENGINE_METHODS: dict[str, tuple[str, str]] = {
@@ -21,14 +22,6 @@ ENGINE_METHODS: dict[str, tuple[str, str]] = {
     "draft": ("model", "speculative, draft model"),
     "ngram": ("ngram", "speculative, n-gram prompt lookup"),
     "hybrid": ("hybrid", "speculative, n-gram else draft model"),
-}
-PEER_METHODS = {
-    "hf-assisted": "transformers' assisted generation (assistant_model=), torch backend",
-    "llama-target": "llama.cpp's own greedy target-only decode",
-    "llama-lookup": "llama-cpp-python's own prompt-lookup speculative decoding",
-    "llama-draft": "llama.cpp-style draft-model speculation in llama-cpp-python's loop",
-    "ov-target": "OpenVINO GenAI's greedy target-only decode (GGUF reader)",
-    "ov-draft": "OpenVINO GenAI's speculative decoding, draft re-quantized to Q4_0",
 }
 
 
@@ -64,49 +57,6 @@ class Summary:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class _TimingStreamer:
-    """A transformers streamer that only notes when the first generated token arrives."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.first_token_at: float | None = None
-
-    def put(self, value: Any) -> None:
-        self.calls += 1
-        if self.calls == 2 and self.first_token_at is None:  # call 1 is the prompt
-            self.first_token_at = time.perf_counter()
-
-    def end(self) -> None:
-        pass
-
-
-def run_hf_assisted(completer: Any, prompt: list[int], max_tokens: int) -> RunRecord | str:
-    """transformers' own assisted generation on the same two models; a reason string when impossible."""
-    import torch
-
-    from codecue.backends.torch_backend import TorchBackend
-
-    backends = (completer.target.backend, completer.draft.backend if completer.draft is not None else None)
-    if not all(isinstance(backend, TorchBackend) for backend in backends):
-        return "needs the torch backend for both models"
-    target, draft = (backend.model for backend in backends)
-    ids = torch.tensor([prompt])
-    streamer = _TimingStreamer()
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft, do_sample=False,
-                              max_new_tokens=max_tokens, eos_token_id=list(completer.eos_ids),
-                              pad_token_id=completer.eos_ids[0], streamer=streamer)
-    t1 = time.perf_counter()
-    tokens = out[0, len(prompt):].tolist()
-    while tokens and tokens[-1] in completer.eos_ids:
-        tokens.pop()
-    first = streamer.first_token_at or t1
-    n = len(tokens)
-    return RunRecord("", "", "hf-assisted", tokens, completer.decode(tokens), (first - t0) * 1e3,
-                     (t1 - first) * 1e3 / (n - 1) if n > 1 else 0.0, (t1 - t0) * 1e3, n)
-
-
 TUNED = "tuned"
 
 
@@ -130,9 +80,6 @@ def is_engine_method(method: str) -> bool:
 
 def point_context(point: Point) -> tuple[str, str]:
     """(language, context class) at the point's cursor, by the same tree-sitter analysis the server uses."""
-    from codecue.context.documents import DocumentTrees
-    from codecue.context.languages import language_for_path
-
     language = language_for_path(Path(point.path)) or point.language
     trees = DocumentTrees()
     trees.open("bench://point", point.prefix + point.suffix, language)
@@ -152,7 +99,8 @@ def run_points(
     label: Callable[[str], str] = lambda method: method,
     tuned_k: Callable[[str, str], int] | None = None,
 ) -> list[RunRecord]:
-    """Every method on every point; ``label`` names a method in the records (e.g. with its backend).
+    """Every method on every point: the engine methods here, the others through ``extra_methods`` (peers,
+    CodeCue's ``default``); ``label`` names a method in the records (e.g. with its backend).
 
     ``tuned_k(language, context_class)`` gives the K of ``METHOD@tuned`` methods (a :class:`KPolicy`'s
     ``k_for``); 0 there means the policy turned speculation off for that class: target-only decoding.
@@ -184,17 +132,16 @@ def run_points(
                 rec = RunRecord(point.name, point.language, method, r.tokens, r.text, s.ttft_ms, s.tpot_ms,
                                 s.total_ms, s.new_tokens, s.drafted, s.accepted, s.rounds, note=note)
             else:
-                runner = run_hf_assisted if method == "hf-assisted" else extra_methods.get(method)
+                runner = extra_methods.get(method)
                 if runner is None:
                     raise ValueError(f"unknown method {method}")
-                out = (runner(completer, prompt, max_tokens) if method == "hf-assisted"
-                       else runner(point, prompt))
+                out = runner(point, prompt)
                 if isinstance(out, str):
                     progress(f"  {method}: skipped ({out})")
                     continue
                 rec = out
                 rec.point, rec.language = point.name, point.language
-            rec.method = label(method) if is_engine_method(method) or method == "hf-assisted" else method
+            rec.method = label(method)
             if method == "target":
                 baseline = rec.tokens
             if baseline is not None:

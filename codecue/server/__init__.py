@@ -13,5 +13,4 @@ Layout (one LSP feature per module; the logic of each is plain functions testabl
 - :mod:`codecue.server.session` — one LSP session (a pygls server) wired to a worker.
 - :mod:`codecue.server.transport` — JSON-RPC framing that answers malformed input and keeps serving.
 - :mod:`codecue.server.daemon` / :mod:`codecue.server.relay` — the per-user daemon and the stdio relay.
-- :mod:`codecue.server.replay` — the keystroke-replay latency benchmark.
 """

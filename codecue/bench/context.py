@@ -1,6 +1,6 @@
 """Micro-benchmark: cursor context time on a 2,000-line Python file after a one-character edit.
 
-Run ``python -m codecue.context.bench``. Each sample types one character into a generated file
+Run ``codecue bench context``. Each sample types one character into a generated file
 (``DocumentTrees.apply_change``: ``tree.edit``), then asks for the context right after it
 (``DocumentTrees.context``: the incremental reparse plus the analysis, probe reparse included). The edit
 is undone between samples, outside the timed region. Target: median under 2 ms.
@@ -11,6 +11,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
+
+from codecue.bench.report import format_context_timings, report_meta, write_report
+from codecue.context.documents import DocumentTrees
 
 TEMPLATE = '''\
 class Widget{i}(Base):
@@ -40,8 +44,6 @@ def generate_source(lines: int = 2000) -> str:
 
 def run_benchmark(lines: int = 2000, samples: int = 200, char: str = "e") -> dict[str, float]:
     """Median/percentile times in milliseconds for edit + context, and the edit + reparse alone."""
-    from codecue.context.documents import DocumentTrees
-
     source = generate_source(lines)
     trees = DocumentTrees()
     uri = "file:///bench.py"
@@ -75,20 +77,14 @@ def run_benchmark(lines: int = 2000, samples: int = 200, char: str = "e") -> dic
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lines", type=int, default=2000)
-    parser.add_argument("--samples", type=int, default=200)
-    args = parser.parse_args(argv)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lines", type=int, default=2000, help="length of the generated Python file")
+    parser.add_argument("--samples", type=int, default=200, help="one-character edits to time")
+    parser.add_argument("--json", dest="json_out", type=Path, help="write the timings and meta here")
+
+
+def run(args: argparse.Namespace) -> int:
     result = run_benchmark(args.lines, args.samples)
-    print(f"file: {int(result['lines'])} lines of Python, {int(result['samples'])} one-character edits")
-    print(f"edit + incremental reparse:            median {result['reparse_median_ms']:.3f} ms")
-    print(
-        f"edit + CursorContext (target < 2 ms):  median {result['context_median_ms']:.3f} ms"
-        f"  (p90 {result['context_p90_ms']:.3f} ms)"
-    )
+    print(format_context_timings(result))
+    write_report(args.json_out, report_meta("context", args.typed_argv), result)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -3,8 +3,9 @@
 The server runs in this process (one LSP session over a socket pair, the real JSON-RPC path), on a
 worker whose models live in a child process, as ``codecue serve`` runs them (:func:`load_models`). The
 file is opened with a stretch of it cut out, then that stretch is typed back one character at a time:
-each keystroke sends ``didChange`` and an ``inlineCompletion`` request, as an editor does. Within a word keystrokes come every ``interval_ms``; after a space, a newline or
-punctuation the typist pauses for ``pause_ms``.
+each keystroke sends ``didChange`` and an ``inlineCompletion`` request, as an editor does. Within a word
+keystrokes come every ``interval_ms``; after a space, a newline or punctuation the typist pauses for
+``pause_ms``.
 
 For each keystroke it records the time to the first streamed text (the first non-empty
 ``codecue/partialCompletion`` or item for that request) and to the final item. A keystroke whose request
@@ -12,11 +13,15 @@ is replaced by the next keystroke before anything shows is *censored*: it counts
 measured value, so p50 and p95 are over all keystrokes, and ``None`` when censored ones reach that rank.
 
 ``reuse=False`` clears both models' KV caches before every generation: the same run without prefix
-reuse. :func:`run_replay_pair` runs both on one loaded model pair, for a side-by-side comparison.
+reuse. :func:`run_replay_pair` runs both on one loaded model pair, for a side-by-side comparison;
+:func:`run_layout_comparison` runs typing and Enter at new places for each prompt layout.
+
+``codecue bench replay FILE`` runs it from the command line (:func:`run`).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -25,23 +30,68 @@ import math
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from codecue.bench.report import (
+    format_replay_layouts,
+    format_replay_pair,
+    report_meta,
+    report_path,
+    write_report,
+)
 from codecue.document import utf16_length
+from codecue.engine.fim import LAYOUTS, PromptBudget
 from codecue.errors import CodeCueError
+from codecue.models.config import ModelConfig
+from codecue.models.flags import add_model_arguments, config_from_args
 from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
-from codecue.tables import markdown_table
+from codecue.server.model_process import CompleterProcess
+from codecue.server.session import CodeCueServer
+from codecue.server.transport import serve_session
+from codecue.server.worker import ModelWorker
 
 if TYPE_CHECKING:
     from codecue.completion import Completer
-    from codecue.models.config import ModelConfig
-    from codecue.server.model_process import CompleterProcess
 
     Models = Completer | CompleterProcess
 
 log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, metavar="FILE", help="the file to type into the server")
+    parser.add_argument("--layouts", nargs="+", metavar="LAYOUT[:full]",
+                        help="compare these prompt layouts (psm, psm-mid, spm), typing and Enter at new places; "
+                             "LAYOUT:full always sends the full prompt (no shorter first prompt). Without it: "
+                             "typing with KV-cache reuse on and off")
+    parser.add_argument("--keystrokes", type=int, default=40, help="characters to type")
+    parser.add_argument("--interval-ms", type=float, default=150.0,
+                        help="time between typed characters (a slower typist sees slower suggestions)")
+    parser.add_argument("--enter-places", type=int, default=6, help="--layouts: places to press Enter at")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--json", dest="json_out", type=Path, help="write the report and meta here")
+    add_model_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """With ``--layouts``, each prompt layout side by side, each on its own loaded pair (typing, and Enter at
+    new places after a pause); else reuse on and off side by side on one pair."""
+    config = config_from_args(args)
+    meta = report_meta("replay", args.typed_argv)
+    if args.layouts:
+        layouts = run_layout_comparison(args.file, config, args.layouts, max_tokens=args.max_tokens,
+                                        places=args.enter_places, interval_ms=args.interval_ms,
+                                        keystrokes=args.keystrokes)
+        print(format_replay_layouts(layouts))
+        write_report(args.json_out, meta, {"layouts": layouts})
+    else:
+        pair = run_replay_pair(args.file, config, max_tokens=args.max_tokens, keystrokes=args.keystrokes,
+                               interval_ms=args.interval_ms)
+        print(format_replay_pair(pair))
+        write_report(args.json_out, meta, pair)
+    return 0
 
 PAUSE_AFTER = set(" \n\t.,:;()[]{}")
 LANGUAGE_IDS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript",
@@ -189,11 +239,6 @@ async def _session(completer: Models, max_tokens: int,
                    reuse: bool = True) -> AsyncIterator[tuple[Any, _Client]]:
     """A language server on ``completer`` (which stays the caller's) and an initialized client, over a
     socket pair."""
-    from codecue.models.config import ModelConfig
-    from codecue.server.session import CodeCueServer
-    from codecue.server.transport import serve_session
-    from codecue.server.worker import ModelWorker
-
     # Costs are measured once per machine and pair, in idle time; a replay times keystrokes, so it leaves
     # that to the server (a measurement in a pause would delay the keystroke after it by one timed pass).
     worker = ModelWorker(ModelConfig(), factory=lambda choice: completer, idle_unload_s=None, reuse_cache=reuse,
@@ -368,7 +413,7 @@ def run_enter_replay(file: str | Path, completer: Models, *, places: int = 8, pa
     language_id = language_id or LANGUAGE_IDS.get(path.suffix, "plaintext")
     report = asyncio.run(_enter_replay(completer, text, path.resolve().as_uri(), language_id, places=places,
                                        pause_s=pause_ms / 1e3, max_tokens=max_tokens, timeout_s=timeout_s))
-    report.update({"file": str(path), "lines": text.count("\n") + 1, "layout": completer.budget.layout})
+    report.update({"file": report_path(path), "lines": text.count("\n") + 1, "layout": completer.budget.layout})
     return report
 
 
@@ -377,9 +422,6 @@ def load_models(config: ModelConfig | None) -> CompleterProcess:
     process's main thread. (In this process they would run on the worker thread while the main thread's
     OpenMP pool, made when the models loaded, still holds its threads; with more OpenMP threads than cores
     libgomp stops spinning at its barriers, and a step on 2 cores took 1.6-2.4x as long.)"""
-    from codecue.models.config import ModelConfig
-    from codecue.server.model_process import CompleterProcess
-
     return CompleterProcess(config or ModelConfig())
 
 
@@ -415,7 +457,7 @@ def run_replay(file: str | Path, completer_config: ModelConfig | None = None, re
                                  end=end, interval_s=interval_ms / 1e3, pause_s=pause_ms / 1e3,
                                  max_tokens=max_tokens, settle_s=settle_s))
     report.update({
-        "file": str(path), "file_tokens": completer.count_tokens(text),
+        "file": report_path(path), "file_tokens": completer.count_tokens(text),
         "start_offset": start, "typed": text[start:end], "interval_ms": interval_ms,
         "pause_ms": pause_ms, "max_tokens": max_tokens, "backend": completer.runtime,
     })
@@ -431,47 +473,12 @@ def run_replay_pair(file: str | Path, completer_config: ModelConfig | None = Non
     return {"reuse": on, "no_reuse": off}
 
 
-def format_pair(pair: dict[str, Any]) -> str:
-    """A side-by-side table of a :func:`run_replay_pair` report."""
-    on, off = pair["reuse"], pair["no_reuse"]
-
-    def ms(value: float | None) -> str:
-        return "censored" if value is None else f"{value:.0f} ms"
-
-    rows = [
-        ("keystroke -> first text p50", ms(on["first_text_ms"]["p50"]), ms(off["first_text_ms"]["p50"])),
-        ("keystroke -> first text p95", ms(on["first_text_ms"]["p95"]), ms(off["first_text_ms"]["p95"])),
-        ("keystroke -> final item p50", ms(on["final_ms"]["p50"]), ms(off["final_ms"]["p50"])),
-        ("keystroke -> final item p95", ms(on["final_ms"]["p95"]), ms(off["final_ms"]["p95"])),
-        ("first text at pauses p50", ms(on["first_text_ms_at_pauses"]["p50"]),
-         ms(off["first_text_ms_at_pauses"]["p50"])),
-        ("keystrokes that showed text", f"{on['first_text_ms']['shown']}/{on['keystrokes']}",
-         f"{off['first_text_ms']['shown']}/{off['keystrokes']}"),
-        ("generations completed", str(on["generations"]), str(off["generations"])),
-        ("prefilled tokens / prompt (mean)", f"{on['prefilled_tokens_mean']} / {on['prompt_tokens_mean']}",
-         f"{off['prefilled_tokens_mean']} / {off['prompt_tokens_mean']}"),
-        ("type-through / joined / diverged", f"{on['type_through']} / {on['adopted']} / {on['diverged']}",
-         f"{off['type_through']} / {off['adopted']} / {off['diverged']}"),
-    ]
-    width = max(len(r[0]) for r in rows)
-    head = (f"replay of {on['file']} ({on['file_tokens']} tokens), {on['keystrokes']} keystrokes, "
-            f"{on['interval_ms']:.0f} ms apart ({on['pause_ms']:.0f} ms after word ends), "
-            f"max {on['max_tokens']} tokens, backend {on['backend']}")
-    lines = [head, f"{'':{width}}  {'reuse on':>14}  {'reuse off':>14}"]
-    lines += [f"{name:{width}}  {a:>14}  {b:>14}" for name, a, b in rows]
-    return "\n".join(lines)
-
-
 def run_layout_comparison(file: str | Path, config: ModelConfig, layouts: Sequence[str], *,
                           max_tokens: int = 32, places: int = 6, keystrokes: int = 40,
                           interval_ms: float = 150.0) -> dict[str, Any]:
     """The keystroke replay and the Enter replay for each prompt setting (reuse on), each on the pair
     loaded for that setting. A setting is a layout, optionally ``:full``: the full prompt even at a place
     the cache does not hold (``first_text_ms = 0``, what the server did before shorter first prompts)."""
-    from dataclasses import replace
-
-    from codecue.engine.fim import LAYOUTS, PromptBudget
-
     for name in layouts:
         layout, _, mode = name.partition(":")
         if layout not in LAYOUTS or mode not in ("", "full"):
@@ -490,22 +497,3 @@ def run_layout_comparison(file: str | Path, config: ModelConfig, layouts: Sequen
             enter = run_enter_replay(file, models, places=places, max_tokens=max_tokens)
         out[name] = {"typing": typing, "enter": enter}
     return out
-
-
-def format_layouts(report: dict[str, Any]) -> str:
-    def ms(value: float | None) -> str:
-        return "censored" if value is None else f"{value:.0f} ms"
-
-    def keys(summary: dict[str, Any]) -> str:
-        return str(summary["shown"] + summary["censored"])
-
-    rows = [("layout", "unpredicted keys", "p50", "p90", "new-generation keys", "p50", "p90", "no suggestion",
-             "Enter at new place", "p50", "p90")]
-    for layout, r in report.items():
-        typing, enter = r["typing"], r["enter"]["first_text_ms"]
-        unpredicted, new = typing["first_text_ms_unpredicted"], typing["first_text_ms_new_generation"]
-        rows.append((layout, keys(unpredicted), ms(unpredicted["p50"]), ms(unpredicted["p90"]), keys(new),
-                     ms(new["p50"]), ms(new["p90"]), str(typing["nothing_to_show"]), str(r["enter"]["places"]),
-                     ms(enter["p50"]), ms(enter["p90"])))
-    return ("keystroke -> first ghost text (new-generation keys: the unpredicted ones and those that completed the "
-            "suggestion; no suggestion: answered empty before the next key, not timed)\n" + markdown_table(rows))
