@@ -84,7 +84,7 @@ def _apply_plan(config: ModelConfig, target_src: Any) -> ModelConfig:
     plan = make_plan(str(target_src.path), str(draft_src.path) if draft_src else None)
     chosen = plan.chosen
     log.info("runtime plan: %s (%s)", chosen.label, plan.reason)
-    mode = config.draft_mode if chosen.speculative else "none"
+    mode = "none" if not chosen.speculative else config.draft_mode if chosen.loads_draft else chosen.draft_mode
     target, draft = chosen.files(target_src.path, draft_src.path if draft_src else None)
     return replace(config, target=target if chosen.layout != AS_IS else config.target,
                    draft=draft if chosen.draft_layout != AS_IS else config.draft, backend=chosen.backend,

@@ -185,7 +185,8 @@ def test_plan_offers_a_derived_layout_only_when_it_keeps_quality_and_serves_it_w
     monkeypatch.setattr(requantize, "MEASURED_QUALITY", {(name, "q4_0"): requantize.LayoutQuality(1.01, 0.95, 100)})
     plan = make_plan(target, draft, profile, llamacpp=True)
     derived = [r.candidate for r in plan.rows if r.candidate.layout == "q4_0"]
-    assert [(c.speculative, c.draft_layout) for c in derived] == [(False, "as-is"), (True, "as-is"), (True, "q4_0")]
+    assert [(c.draft_mode, c.draft_layout) for c in derived] == [("none", "as-is"), ("ngram", "as-is"),
+                                                                  ("hybrid", "as-is"), ("hybrid", "q4_0")]
     derived_file = derived[0].target_file(target)
     assert derived_file != target and derived_file == str(requantize.derived_path(Path(target), "q4_0"))
 
@@ -223,3 +224,29 @@ def test_plan_offers_the_draft_re_quantized_and_serves_it_when_its_measurement_i
     plan = make_plan(target, draft, profile, llamacpp=True)
     row = plan.row(candidate)
     assert plan.chosen == candidate and row.k > 0 and row.ms_per_token < 80.0
+
+
+def test_plan_drafts_by_ngram_where_a_draft_model_costs_too_much(costs_file, pair):
+    """Costs as measured on a 2-core AVX2 CPU: a draft step 0.45 of a target step and a verification
+    growing ~0.44 steps a token. No draft model pays there, but n-gram drafts are free: where the recorded
+    rounds show n-gram matches that are accepted, the plan serves the target alone with n-gram drafting,
+    and the K authority for that (no draft model) prices only those rounds."""
+    from codecue.engine.rounds import DraftSource
+    from codecue.tuning.plan import LLAMACPP_NGRAM
+
+    target, draft = pair
+    ngram, model = DraftSource.NGRAM, DraftSource.MODEL
+    profile = profile_with_rounds({RoundRecord(8, 8, 8, ngram): 10, RoundRecord(8, 0, 8, model): 30,
+                                   RoundRecord(8, 1, 8, model): 20})
+    avx2 = CostModel(0.45, verify_costs=tuple(1.0 + 0.44 * n for n in range(9)))
+    store_machine_costs(MachineCosts("llamacpp", 80.0, 25.0, avx2), target, draft)
+    store_machine_costs(MachineCosts("llamacpp", 80.0, 25.0, CostModel(0.0, verify_costs=avx2.verify_costs)),
+                        target, None)
+    plan = make_plan(target, draft, profile, llamacpp=True)
+    assert plan.row(LLAMACPP_SPECULATIVE).k == 0  # the draft model does not pay
+    row = plan.row(LLAMACPP_NGRAM)
+    assert row.k > 0 and row.speedup > 1.05 and plan.chosen == LLAMACPP_NGRAM
+    policy = KPolicy(profile=profile, costs=avx2, ngram_only=True)
+    assert policy.ceiling() > 0 and policy.current_k("python", "identifier") > 0
+    with_model = KPolicy(profile=profile, costs=avx2)
+    assert with_model.ceiling() == 0  # the same costs with a draft model loaded: nothing pays

@@ -48,6 +48,7 @@ from codecue.models.flags import add_model_arguments, config_from_args
 from codecue.models.requantize import AS_IS
 from codecue.models.resolve import resolve_model
 from codecue.tuning.plan import Plan, make_plan
+from codecue.tuning.policy import KPolicy
 
 DEFAULT_METHOD = "default"  # the configuration the runtime plan chose, K from the policy with this machine's costs
 DEFAULT_METHODS = ["target", DEFAULT_METHOD, "draft", "ngram", "hybrid", "hf-assisted", "py-llama-target",
@@ -237,15 +238,20 @@ def plan_for(config: ModelConfig) -> Plan | None:
 def default_method(completer: Completer, plan: Plan | None,
                    max_tokens: int) -> Callable[[Point, list[int]], RunRecord]:
     """CodeCue as it serves by default: the plan's decoding, the depth from the K authority for what is
-    served (0 where nothing is measured or drafting does not pay here)."""
-    authority = completer.k_authority()
+    served (0 where nothing is measured or drafting does not pay here). The bench loads the draft model for
+    its other methods; where the plan drafts by n-gram only, the default does too, priced as served."""
     speculative = plan is None or plan.chosen.speculative
+    mode = "hybrid" if plan is None else plan.chosen.draft_mode
+    if plan is not None and speculative and not plan.chosen.loads_draft:
+        authority = KPolicy.for_served(completer.runtime, completer.names[0], None, draft_model=False)
+    else:
+        authority = completer.k_authority()
 
     def run_default(point: Point, prompt: list[int]) -> RunRecord:
         depth = authority.depth_for(*point_context(point), requested=None if speculative else 0)
         completer.reset_caches()
         r = completer.generate_ids(prompt, max_tokens=max_tokens, k=depth.start, k_max=depth.ceiling,
-                                   draft_mode="hybrid" if depth.start else "none")
+                                   draft_mode=mode if depth.start else "none")
         s = r.stats
         return RunRecord("", "", DEFAULT_METHOD, r.tokens, r.text, s.ttft_ms, s.tpot_ms, s.total_ms, s.new_tokens,
                          s.drafted, s.accepted, s.rounds, note=f"K={depth.start}..{depth.ceiling}")

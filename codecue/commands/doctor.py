@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     report["plan"] = [{
         "candidate": r.candidate.label, "runtime": r.candidate.runtime, "measured": r.measured is not None,
         "target_step_ms": r.measured.target_step_ms if r.measured else None,
-        "draft_step": r.measured.costs.draft_cost if r.candidate.speculative and r.measured and r.measured.costs
+        "draft_step": r.measured.costs.draft_cost if r.candidate.loads_draft and r.measured and r.measured.costs
         else None,
         "verify_9": r.measured.costs.verify_cost(8) if r.candidate.speculative and r.measured and r.measured.costs
         else None,

@@ -82,6 +82,6 @@ def served_depth(args: argparse.Namespace, policy, language: str, context_class:
         return exc.message, None
     chosen = plan.chosen
     target_file = chosen.target_file(str(target.path))
-    draft_file = chosen.draft_file(str(draft.path)) if chosen.speculative else None
-    policy.serve(chosen.runtime, target_file, draft_file, draft_model=chosen.speculative)
+    draft_file = chosen.draft_file(str(draft.path)) if chosen.loads_draft else None
+    policy.serve(chosen.runtime, target_file, draft_file, draft_model=chosen.loads_draft)
     return chosen.label, policy.depth_for(language, context_class)

@@ -131,32 +131,42 @@ def replay_round(record: RoundRecord, k: int, costs: CostModel) -> tuple[int, fl
 WeightedRounds = Mapping[RoundRecord, float]
 
 
-def replay_speedup(rounds: WeightedRounds, k: int, costs: CostModel) -> float | None:
+def replay_speedup(rounds: WeightedRounds, k: int, costs: CostModel, ngram_only: bool = False) -> float | None:
     """Tokens per unit cost at cap ``k`` over weighted recorded rounds, relative to target-only decoding
-    (one token per unit); None without rounds."""
+    (one token per unit); None without rounds.
+
+    ``ngram_only``: drafting without a draft model. Only the n-gram rounds draft; a round the draft model
+    drafted (where no n-gram matched) becomes plain decoding of the same tokens, one step each. (Rounds
+    that drafted nothing are not recorded; the recorded mix of n-gram and model rounds says how often an
+    n-gram matches.)"""
     tokens = cost = 0.0
     for record, weight in rounds.items():
-        t, c = replay_round(record, k, costs)
+        if ngram_only and record.source != DraftSource.NGRAM:
+            t = c = float(record.accepted + 1)
+        else:
+            t, c = replay_round(record, k, costs)
         tokens += weight * t
         cost += weight * c
     return tokens / cost if cost > 0 else None
 
 
-def best_k_replay(rounds: WeightedRounds, costs: CostModel, k_max: int = DEFAULT_K_MAX) -> tuple[int, float]:
+def best_k_replay(rounds: WeightedRounds, costs: CostModel, k_max: int = DEFAULT_K_MAX,
+                  ngram_only: bool = False) -> tuple[int, float]:
     """The K in 0..k_max with the most replayed tokens per unit cost, and that speedup (K = 0 gives 1).
     Ties go to the smaller K."""
     best, best_speedup = 0, 1.0
     for k in range(1, k_max + 1):
-        speedup = replay_speedup(rounds, k, costs)
+        speedup = replay_speedup(rounds, k, costs, ngram_only)
         if speedup is not None and speedup > best_speedup + 1e-12:
             best, best_speedup = k, speedup
     return best, best_speedup
 
 
-def worth_drafting(rounds: WeightedRounds, costs: CostModel, k_max: int = DEFAULT_K_MAX) -> tuple[int, float]:
+def worth_drafting(rounds: WeightedRounds, costs: CostModel, k_max: int = DEFAULT_K_MAX,
+                   ngram_only: bool = False) -> tuple[int, float]:
     """:func:`best_k_replay`, but (0, 1.0) unless the best K gains more than :data:`MIN_GAIN`: whether
     drafting pays at all on these costs (the runtime plan and the K authority decide it alike)."""
-    k, speedup = best_k_replay(rounds, costs, k_max)
+    k, speedup = best_k_replay(rounds, costs, k_max, ngram_only)
     return (k, speedup) if speedup > 1.0 + MIN_GAIN else (0, 1.0)
 
 

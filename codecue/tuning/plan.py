@@ -1,7 +1,7 @@
 """The runtime plan: which configuration serves fastest on this machine, from costs measured here.
 
-Candidates are the runtimes and pairings present: llama.cpp target-only, llama.cpp speculative (target
-and draft on llama.cpp), torch target with a llama.cpp draft, and torch; on llama.cpp also the target in
+Candidates are the runtimes and pairings present: llama.cpp target-only, llama.cpp with n-gram drafting
+only (no draft model), llama.cpp speculative (target and draft on llama.cpp), torch target with a llama.cpp draft, and torch; on llama.cpp also the target in
 each derived weight layout that keeps its quality (:mod:`codecue.models.requantize`), target-only and
 speculative, and speculative with the draft re-quantized (:data:`DRAFT_LAYOUTS`). Each is priced with
 what was measured on this machine (:mod:`codecue.tuning.machine_costs`) and the profile's recorded rounds: expected
@@ -58,7 +58,7 @@ class Candidate:
     def files(self, target: Path, draft: Path | None) -> tuple[str, str | None]:
         """The target and draft files to load, re-quantizing here what is not made yet (seconds, once)."""
         target_file = str(target if self.layout == AS_IS else requantized(target, self.layout))
-        if draft is None or not self.speculative or self.draft_layout == AS_IS:
+        if draft is None or not self.loads_draft or self.draft_layout == AS_IS:
             return target_file, None if draft is None else str(draft)
         return target_file, str(requantized(draft, self.draft_layout))
 
@@ -71,10 +71,20 @@ class Candidate:
 
     @property
     def speculative(self) -> bool:
+        """Whether it drafts at all (a draft model, or free n-gram lookups in the prompt)."""
+        return self.draft_mode != "none"
+
+    @property
+    def loads_draft(self) -> bool:
+        """Whether it loads a draft model (n-gram drafting needs none)."""
         return self.draft_backend is not None
 
 
 LLAMACPP_TARGET_ONLY = Candidate("llama.cpp target-only", "llamacpp", None, "none")
+#: The target alone, drafting only by n-gram lookup in the prompt: free drafts, where a draft model's step
+#: costs too much of a target step to pay (2-core CPUs without AVX-512, measured) but verifying a few
+#: tokens at once still costs less than decoding them one by one.
+LLAMACPP_NGRAM = Candidate("llama.cpp n-gram", "llamacpp", None, "ngram")
 LLAMACPP_SPECULATIVE = Candidate("llama.cpp speculative", "llamacpp", "llamacpp", "hybrid")
 TORCH_WITH_LLAMACPP_DRAFT = Candidate("torch target + llama.cpp draft", "torch", "llamacpp", "hybrid")
 TORCH_SPECULATIVE = Candidate("torch speculative", "torch", "torch", "hybrid")
@@ -89,14 +99,14 @@ def candidates(llamacpp: bool | None = None, layouts: tuple[str, ...] = (),
         return torch_only
     derived = [Candidate(f"{base.label}, target as {layout.upper()}", base.backend, base.draft_backend,
                          base.draft_mode, layout)
-               for layout in layouts for base in (LLAMACPP_TARGET_ONLY, LLAMACPP_SPECULATIVE)]
+               for layout in layouts for base in (LLAMACPP_TARGET_ONLY, LLAMACPP_NGRAM, LLAMACPP_SPECULATIVE)]
     spec = LLAMACPP_SPECULATIVE
     derived_drafts = [Candidate(spec.label + (f", target as {layout.upper()}" if layout != AS_IS else "")
                                 + f", draft as {draft_layout.upper()}", spec.backend, spec.draft_backend,
                                 spec.draft_mode, layout, draft_layout)
                       for layout in (AS_IS, *layouts) for draft_layout in draft_layouts]
-    return [LLAMACPP_TARGET_ONLY, LLAMACPP_SPECULATIVE, *derived, *derived_drafts, TORCH_WITH_LLAMACPP_DRAFT,
-            *torch_only]
+    return [LLAMACPP_TARGET_ONLY, LLAMACPP_NGRAM, LLAMACPP_SPECULATIVE, *derived, *derived_drafts,
+            TORCH_WITH_LLAMACPP_DRAFT, *torch_only]
 
 
 @dataclass(frozen=True)
@@ -134,16 +144,20 @@ def price(candidate: Candidate, measured: MachineCosts | None, rounds: Counter[R
         return PlanRow(candidate, None)
     k, speedup = 0, 1.0
     if candidate.speculative and measured.costs is not None and rounds:
-        k, speedup = worth_drafting(rounds, measured.costs, k_max)
+        k, speedup = worth_drafting(rounds, measured.costs, k_max, ngram_only=not candidate.loads_draft)
     return PlanRow(candidate, measured, k, speedup, measured.target_step_ms / speedup,
                    measured.prefill_ms_per_token * TYPICAL_PROMPT_TOKENS)
 
 
 def measured_for(candidate: Candidate, target: str, draft: str | None) -> MachineCosts | None:
     """What this machine measured for the candidate. A target-only candidate also takes the target timings
-    of a speculative measurement on the same runtime (the target step is the same)."""
+    of a speculative measurement on the same runtime (the target step is the same); an n-gram one needs its
+    verification passes, measured with the target alone (n-gram drafts cost nothing)."""
     target = candidate.target_file(target)
     draft = candidate.draft_file(draft) if draft else None
+    if candidate.speculative and not candidate.loads_draft:
+        own = load_machine_costs(candidate.runtime, target, None)
+        return own if own is not None and own.costs is not None else None
     if not candidate.speculative:
         own = load_machine_costs(candidate.runtime, target, None)
         if own is not None or draft is None:

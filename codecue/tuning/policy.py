@@ -196,8 +196,8 @@ class KPolicy:
                     everything.update(records)
                 for state in self._states.values():
                     everything.update(state.recent)
-                pooled = self._usable(everything)
-                pays = worth_drafting(pooled, self.costs, self.settings.k_max)[0] if pooled else 1
+                pays = (worth_drafting(everything, self.costs, self.settings.k_max, self.ngram_only)[0]
+                        if everything else 1)
                 self._ceiling = best_k(1.0, self.costs, self.settings.k_max)[0] if pays else 0
         return self._ceiling
 
