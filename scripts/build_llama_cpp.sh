@@ -25,11 +25,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$CLASS" in native|avx2) ;; *) echo "unknown CPU class $CLASS (native or avx2)" >&2; exit 2 ;; esac
-VERSION=0.3.36
-PATCHES=(scripts/patches/llama-cpp-python-${VERSION}-*.patch)
-# The local version label names the patch set, so a changed patch is a new wheel.
-patch_key=$(cat "${PATCHES[@]}" | sha256sum | cut -c1-8)
-LOCAL_VERSION="${VERSION}+codecue.${patch_key}"
+# shellcheck source=scripts/llama_cpp_sources.sh
+source scripts/llama_cpp_sources.sh  # the sdist, its patches, and the local version naming the patch set
+LOCAL_VERSION=$LLAMA_CPP_LOCAL_VERSION
 if [ "$CLASS" = native ]; then
   cpu_key=$( (grep -m1 '^model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo) | sha256sum | cut -c1-12)
 else
@@ -59,15 +57,7 @@ wheel=$(ls "$CACHE"/llama_cpp_python-"$LOCAL_VERSION"-*.whl 2>/dev/null | head -
 if [ -z "$wheel" ]; then
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  echo "fetching the llama-cpp-python $VERSION sdist"
-  "$VPY" -m pip download -q --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$VERSION"
-  tar -xzf "$work"/llama_cpp_python-"$VERSION".tar.gz -C "$work"
-  src="$work/llama_cpp_python-$VERSION"
-  for p in "${PATCHES[@]}"; do
-    echo "applying $(basename "$p")"
-    patch -s -p1 -d "$src" < "$p"
-  done
-  sed -i "s/^__version__ = \"$VERSION\"/__version__ = \"$LOCAL_VERSION\"/" "$src/llama_cpp/__init__.py"
+  src=$(unpack_patched_sources "$VPY" "$work")
   echo "compiling llama.cpp, $CLASS class (several minutes on 2 cores, once per CPU and class)"
   start=$(date +%s)
   cmake_args=${CMAKE_ARGS:-}

@@ -3,6 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --no-demo
+# The AVX2 CPU class (tests/test_cpu_class.py runs it and its native check) and llama-server, the native
+# peer of `codecue bench speed` (tests/test_llama_server.py): each built once per version and cached.
+printf '\n== llama.cpp for the AVX2 CPU class, and llama-server\n'
+bash scripts/build_llama_cpp.sh --class avx2
+bash scripts/build_llama_server.sh
 export CODECUE_REQUIRE_REAL_MODELS=1  # the integration tests must run, not skip
 printf '\n== import layers (pyproject [tool.importlinter])\n'
 .venv/bin/lint-imports

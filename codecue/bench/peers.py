@@ -6,23 +6,28 @@ the function that decodes one point (a :class:`~codecue.bench.runner.RunRecord`,
 that point was skipped), or None where the peer cannot run here (not installed, not the model format it
 reads); the method is then left out of the run. A new peer is a new entry here.
 
-The ``py-llama-*`` peers are CodeCue's own loops written against llama-cpp-python
-(:mod:`codecue.bench.llamacpp_peers`): Python re-implementations, not the native decoder a llama.cpp or
-llama.vim user runs (``llama-server``).
+The ``server-*`` peers are what llama.vim and llama.vscode users run: llama.cpp's own llama-server, built
+from the same sources for the same CPU class (:mod:`codecue.bench.llama_server`). The ``py-llama-*`` peers
+are CodeCue's own loops written against llama-cpp-python (:mod:`codecue.bench.llamacpp_peers`): Python
+re-implementations, kept as references, not what a llama.cpp user runs.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from codecue.backends import checked_llamacpp_layout
+from codecue.backends.cpu_class import cpu_class, server_binary
 from codecue.backends.torch_backend import TorchBackend
+from codecue.bench.llama_server import LlamaServer, standard_configs
 from codecue.bench.llamacpp_peers import get_peers
 from codecue.bench.openvino_peers import converted_draft_dir, get_openvino_peers
 from codecue.bench.points import Point
@@ -30,7 +35,7 @@ from codecue.bench.runner import RunRecord
 from codecue.completion import Completer
 from codecue.errors import CodeCueError
 from codecue.models.config import ModelConfig
-from codecue.models.requantize import requantized
+from codecue.models.requantize import AS_IS, offered_layouts, requantized
 from codecue.models.resolve import resolve_model
 from codecue.paths import cache_dir
 
@@ -40,11 +45,12 @@ PeerRun = Callable[[Point, list[int]], RunRecord | str]
 
 @dataclass(frozen=True)
 class PeerSetting:
-    """What a peer factory gets."""
+    """What a peer factory gets; ``resources`` closes what a peer holds (a server process) when the run ends."""
 
     completer: Completer
     models: ModelConfig  # the configured pair: peers decode the shipped files, not a plan's re-quantized ones
     max_tokens: int
+    resources: ExitStack = field(default_factory=ExitStack)
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,59 @@ def _openvino(mode: str) -> Callable[[PeerSetting], PeerRun | None]:
     return make
 
 
+def _llama_server(kind: str, layout: str = AS_IS) -> Callable[[PeerSetting], PeerRun | None]:
+    """llama.cpp's llama-server for the CPU class served (:mod:`codecue.bench.llama_server`), on the shipped
+    GGUF files or on a layout CodeCue makes here (target and draft re-quantized). One server process per
+    configuration, started when the run starts and stopped when it ends; None where it cannot run (not
+    built for this class: said once, with the command that builds it)."""
+
+    def make(setting: PeerSetting) -> PeerRun | None:
+        target = resolve_model(setting.models.target, "target")
+        draft = resolve_model(setting.models.draft, "draft")
+        if target.kind != "gguf" or draft.kind != "gguf":
+            return None
+        if not server_binary().is_file():
+            print(f"codecue bench: llama-server is not built for the {cpu_class()} class; its peers are left out "
+                  f"(bash scripts/build_llama_server.sh --class {cpu_class()})", file=sys.stderr)
+            return None
+        target_file, draft_file, suffix = target.path, draft.path, ""
+        if layout != AS_IS:
+            if layout not in offered_layouts(target.path):
+                return None
+            target_file, draft_file = requantized(target.path, layout), requantized(draft.path, layout)
+            suffix = f", {layout.upper()} made here"
+        configs = {c.label: c for c in standard_configs(target_file, draft_file, suffix=suffix)}
+        config = next(c for label, c in configs.items() if label.startswith(f"llama-server {kind}"))
+        server = setting.resources.enter_context(LlamaServer(config, n_ctx=setting.completer.config.n_ctx))
+        completer = setting.completer
+        name = f"server-{'draft' if kind == '-md draft' else kind}" + (f"-{layout}" if layout != AS_IS else "")
+
+        def run_peer(point: Point, prompt: list[int]) -> RunRecord:
+            done = server.complete(prompt, setting.max_tokens)
+            tokens = done.tokens
+            stop = next((i for i, t in enumerate(tokens) if t in completer.eos_ids), None)
+            tokens = tokens if stop is None else tokens[:stop]  # CodeCue's stop tokens, for the identity check
+            return RunRecord("", "", name, tokens, completer.decode(tokens), done.ttft_ms, done.tpot_ms,
+                             done.total_ms, len(tokens), done.drafted, done.accepted)
+
+        return run_peer
+
+    return make
+
+
+SERVER_PEERS: dict[str, Peer] = {
+    "server-target": Peer("llama.cpp's llama-server (C++, same sources and CPU class): the target alone",
+                          _llama_server("target")),
+    "server-draft": Peer("llama-server with the draft model (-md, --spec-type draft-simple, --spec-draft-n-max 16)",
+                         _llama_server("-md draft")),
+    "server-ngram": Peer("llama-server with its n-gram speculation (--spec-default)", _llama_server("ngram")),
+    "server-target-q4_0": Peer("llama-server, the target as CodeCue's Q4_0 layout", _llama_server("target", "q4_0")),
+    "server-draft-q4_0": Peer("llama-server with the draft, both as Q4_0 layouts", _llama_server("-md draft", "q4_0")),
+    "server-ngram-q4_0": Peer("llama-server n-gram, the target as Q4_0", _llama_server("ngram", "q4_0")),
+}
+
 PEERS: dict[str, Peer] = {
+    **SERVER_PEERS,
     "hf-assisted": Peer("transformers' assisted generation (assistant_model=), torch backend", _hf_assisted,
                         every_backend=True),
     "py-llama-target": Peer("llama-cpp-python, Python loop: greedy target-only (Llama.generate)",

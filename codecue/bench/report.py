@@ -132,6 +132,31 @@ def peer_ratio_lines(records: list[RunRecord], labels: list[str]) -> list[str]:
     return lines
 
 
+def server_ratio_lines(records: list[RunRecord], labels: list[str]) -> list[str]:
+    """Per point, the fastest llama-server configuration's time per token / each CodeCue method's, median
+    over points (> 1: CodeCue is faster than the best native peer there); and each CodeCue method against
+    CodeCue's own target-only decode on the same points."""
+    by_point: dict[str, dict[str, float]] = {}
+    for r in records:
+        if r.tpot_ms > 0:
+            by_point.setdefault(r.point, {})[r.method] = r.tpot_ms
+    servers = [label for label in labels if label.startswith("server-")]
+    lines = []
+    for label in labels:
+        if label in PEERS:
+            continue
+        best = [min(times[s] for s in servers if s in times) / times[label] for times in by_point.values()
+                if label in times and any(s in times for s in servers)]
+        if best:
+            lines.append(f"{label} vs the best llama-server configuration per point: median time-per-token ratio "
+                         f"{statistics.median(best):.3f} over {len(best)} points (> 1: faster)")
+        own = [times["target"] / times[label] for times in by_point.values() if label in times and "target" in times]
+        if own and label != "target":
+            lines.append(f"{label} vs CodeCue's target-only decode: median time-per-token ratio "
+                         f"{statistics.median(own):.3f}, lowest {min(own):.3f} over {len(own)} points")
+    return lines
+
+
 def format_k_comparison(comparison: dict[str, Any]) -> str:
     def speedup(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}x"

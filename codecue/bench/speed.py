@@ -14,12 +14,13 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from codecue.backends import cuda_available
-from codecue.bench.peers import PEERS, PeerSetting, peer_name
+from codecue.bench.peers import PEERS, SERVER_PEERS, PeerSetting, peer_name
 from codecue.bench.points import LANGUAGES, Point, builtin_points, load_points_file
 from codecue.bench.report import (
     draw_speedup_plot,
@@ -28,6 +29,7 @@ from codecue.bench.report import (
     peer_ratio_lines,
     report_meta,
     report_path,
+    server_ratio_lines,
     write_report,
 )
 from codecue.bench.runner import (
@@ -51,9 +53,11 @@ from codecue.tuning.plan import Plan, make_plan
 from codecue.tuning.policy import KPolicy
 
 DEFAULT_METHOD = "default"  # the configuration the runtime plan chose, K from the policy with this machine's costs
-DEFAULT_METHODS = ["target", DEFAULT_METHOD, "draft", "ngram", "hybrid", "hf-assisted", "py-llama-target",
-                   "py-llama-lookup", "py-llama-draft"]
-QUICK_METHODS = ["target", DEFAULT_METHOD, "py-llama-target"]
+#: CodeCue's methods, then the native peers users run (llama-server, on the shipped files and on the layout
+#: CodeCue makes here), then the reference re-implementations
+DEFAULT_METHODS = ["target", DEFAULT_METHOD, "draft", "ngram", "hybrid", *SERVER_PEERS, "hf-assisted",
+                   "py-llama-target", "py-llama-lookup", "py-llama-draft"]
+QUICK_METHODS = ["target", DEFAULT_METHOD, "server-target", "server-draft", "server-ngram"]
 FIXED_K = 4  # the depth of the engine methods (target, draft, ngram, hybrid) when --k is not given
 
 
@@ -167,38 +171,39 @@ def measure(args: argparse.Namespace, methods: Sequence[str]) -> SpeedRun:
     backends = args.backends or [plan.chosen.backend if plan else args.backend]
     records: list[RunRecord] = []
     labels: list[str] = []
-    for i, backend in enumerate(backends):
-        print(f"loading models (backend {backend}) ...", file=sys.stderr)
-        target_backend, _, pair_draft_backend = backend.partition("+")
-        for b in (target_backend, pair_draft_backend):
-            if b and b not in BACKENDS:
-                raise CodeCueError(f"unknown backend {b!r} in --backends {backend}",
-                                   "use torch, llamacpp, exllamav2, or TARGET+DRAFT")
-        completer = Completer.load(replace(served, backend=target_backend,
-                                           draft_backend=pair_draft_backend or draft_backend))
-        name = completer.runtime
-        per_backend = {m for m in methods if is_engine_method(m) or m == DEFAULT_METHOD
-                       or (m in PEERS and PEERS[m].every_backend)}
-        label = _labeller(name, per_backend) if len(backends) > 1 else (lambda m: m)
-        setting = PeerSetting(completer, config, args.max_tokens)
-        extra = {m: PEERS[m].make(setting) for m in methods
-                 if m in PEERS and (i == 0 or PEERS[m].every_backend)}  # the others run once, next to the first
-        extra = {m: peer for m, peer in extra.items() if peer is not None}
-        extra[DEFAULT_METHOD] = default_method(completer, plan, args.max_tokens)
-        wanted = [m for m in methods if is_engine_method(m) or m in extra]
-        print(f"{len(points)} points x {len(wanted)} methods on {name}, max {args.max_tokens} tokens, K={config.k}",
-              file=sys.stderr)
-        tuned_k = None
-        if any(m.endswith(f"@{TUNED}") for m in wanted):
-            policy = completer.k_authority(str(args.profile) if args.profile else None)
-            tuned_k = policy.current_k
-            costs = (f"draft step {policy.costs.draft_cost:.2f}, verify K=4 {policy.costs.verify_cost(4):.2f}"
-                     if policy.costs is not None else "none measured here: K = 0")
-            print(f"tuned K from profile: {policy.profile.source} (runtime {name}, costs: {costs})", file=sys.stderr)
-        records += run_points(completer, points, wanted, max_tokens=args.max_tokens, k=config.k,
-                              progress=_progress, extra_methods=extra, label=label, tuned_k=tuned_k)
-        labels += [label(m) for m in wanted]
-        del completer
+    with ExitStack() as resources:  # what peers hold (server processes) ends with the run
+        for i, backend in enumerate(backends):
+            print(f"loading models (backend {backend}) ...", file=sys.stderr)
+            target_backend, _, pair_draft_backend = backend.partition("+")
+            for b in (target_backend, pair_draft_backend):
+                if b and b not in BACKENDS:
+                    raise CodeCueError(f"unknown backend {b!r} in --backends {backend}",
+                                       "use torch, llamacpp, exllamav2, or TARGET+DRAFT")
+            completer = Completer.load(replace(served, backend=target_backend,
+                                               draft_backend=pair_draft_backend or draft_backend))
+            name = completer.runtime
+            per_backend = {m for m in methods if is_engine_method(m) or m == DEFAULT_METHOD
+                           or (m in PEERS and PEERS[m].every_backend)}
+            label = _labeller(name, per_backend) if len(backends) > 1 else (lambda m: m)
+            setting = PeerSetting(completer, config, args.max_tokens, resources)
+            extra = {m: PEERS[m].make(setting) for m in methods
+                     if m in PEERS and (i == 0 or PEERS[m].every_backend)}  # the others run once, next to the first
+            extra = {m: peer for m, peer in extra.items() if peer is not None}
+            extra[DEFAULT_METHOD] = default_method(completer, plan, args.max_tokens)
+            wanted = [m for m in methods if is_engine_method(m) or m in extra]
+            print(f"{len(points)} points x {len(wanted)} methods on {name}, max {args.max_tokens} tokens, K={config.k}",
+                  file=sys.stderr)
+            tuned_k = None
+            if any(m.endswith(f"@{TUNED}") for m in wanted):
+                policy = completer.k_authority(str(args.profile) if args.profile else None)
+                tuned_k = policy.current_k
+                costs = (f"draft step {policy.costs.draft_cost:.2f}, verify K=4 {policy.costs.verify_cost(4):.2f}"
+                         if policy.costs is not None else "none measured here: K = 0")
+                print(f"tuned K from profile: {policy.profile.source} (runtime {name}, costs: {costs})", file=sys.stderr)
+            records += run_points(completer, points, wanted, max_tokens=args.max_tokens, k=config.k,
+                                  progress=_progress, extra_methods=extra, label=label, tuned_k=tuned_k)
+            labels += [label(m) for m in wanted]
+            del completer
     baseline = args.baseline or labels[0]
     title = (f"codecue bench: {len(points)} points, {args.max_tokens} tokens, K={config.k}, "
              f"backends {'+'.join(backends)}, speedup vs {baseline}, {platform.machine()} {_cpu_count()} cores")
@@ -211,7 +216,8 @@ def print_and_write(args: argparse.Namespace, result: SpeedRun, kind: str,
     """The table, the peer lines and the elapsed time; the raw report (``--json``) and the plot (``--plot``)."""
     print(result.title)
     print(format_speed_table(result.summaries, result.labels))
-    for line in peer_legend(result.labels) + peer_ratio_lines(result.records, result.labels):
+    ratios = server_ratio_lines(result.records, result.labels) + peer_ratio_lines(result.records, result.labels)
+    for line in peer_legend(result.labels) + ratios:
         print(line)
     if comparison_table:
         print(comparison_table)
@@ -221,7 +227,7 @@ def print_and_write(args: argparse.Namespace, result: SpeedRun, kind: str,
         "backends": result.backends, "baseline": result.baseline, "elapsed_s": result.elapsed_s,
         "models": {"target": report_path(resolve_model(result.served.target, "target").path),
                    "draft": report_path(resolve_model(result.served.draft, "draft").path)},
-        "summary": [asdict(s) for s in result.summaries], "k_comparison": k_comparison,
+        "summary": [asdict(s) for s in result.summaries], "peer_ratios": ratios, "k_comparison": k_comparison,
         "runs": records_to_json(result.records)})
     if args.plot:
         draw_speedup_plot(result.summaries, result.labels, args.plot, result.title)
