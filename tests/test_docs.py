@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -41,14 +42,17 @@ gen = _load_generator()
 
 
 def bench_files() -> list[Path]:
-    return sorted(p for p in BENCH.iterdir() if not p.name.startswith(".")) if BENCH.is_dir() else []
+    """Every raw report of the repository: docs/bench/ and the ones CodeCue ships as package data."""
+    found = sorted(p for p in BENCH.iterdir() if not p.name.startswith(".")) if BENCH.is_dir() else []
+    return found + [p for p in gen.SHIPPED if p.is_file()]
 
 
 # -- the repository's own reports and page ------------------------------------------------------------------
 
 def test_every_bench_file_is_linked_from_the_measurements_page() -> None:
     page = MEASUREMENTS.read_text(encoding="utf-8")
-    unlinked = [p.name for p in bench_files() if f"(bench/{quote(p.name)})" not in page]
+    unlinked = [p.name for p in bench_files()
+                if f"({quote(os.path.relpath(p, MEASUREMENTS.parent))})" not in page]
     assert unlinked == [], "not linked from docs/measurements.md (run python scripts/measurements.py, or remove them)"
 
 
@@ -65,11 +69,11 @@ def test_every_report_says_where_and_how_it_was_measured() -> None:
 
 
 def test_the_bench_directory_holds_only_reports_and_their_files() -> None:
-    gen.load_reports(BENCH)  # raises ReportError, one line per problem
+    gen.load_reports(BENCH, gen.SHIPPED)  # raises ReportError, one line per problem
 
 
 def test_the_measurements_page_is_what_the_generator_writes() -> None:
-    assert MEASUREMENTS.read_text(encoding="utf-8") == gen.generate(BENCH, MEASUREMENTS), (
+    assert MEASUREMENTS.read_text(encoding="utf-8") == gen.generate(BENCH, MEASUREMENTS, gen.SHIPPED), (
         "docs/measurements.md is stale: run python scripts/measurements.py")
 
 

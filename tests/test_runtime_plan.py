@@ -179,10 +179,11 @@ def test_plan_offers_a_derived_layout_only_when_it_keeps_quality_and_serves_it_w
     target, draft = pair
     profile = profile_with_rounds({RoundRecord(4, 1, 4): 5})
     name = Path(target).name
-    monkeypatch.setattr(requantize, "MEASURED_QUALITY", {(name, "q4_0"): requantize.LayoutQuality(1.05, 0.9, 100)})
+    monkeypatch.setattr(requantize, "measured_quality", lambda: {(name, "q4_0"): requantize.LayoutQuality(1.05, 0.9, 100)})
     assert all(r.candidate.layout == requantize.AS_IS for r in make_plan(target, draft, profile, llamacpp=True).rows)
 
-    monkeypatch.setattr(requantize, "MEASURED_QUALITY", {(name, "q4_0"): requantize.LayoutQuality(1.01, 0.95, 100)})
+    monkeypatch.setattr(requantize, "measured_quality",
+                        lambda: {(name, "q4_0"): requantize.LayoutQuality(1.01, 0.95, 100)})
     plan = make_plan(target, draft, profile, llamacpp=True)
     derived = [r.candidate for r in plan.rows if r.candidate.layout == "q4_0"]
     assert [(c.draft_mode, c.draft_layout) for c in derived] == [("none", "as-is"), ("ngram", "as-is"),
@@ -240,6 +241,11 @@ def test_plan_drafts_by_ngram_where_a_draft_model_costs_too_much(costs_file, pai
                                    RoundRecord(8, 1, 8, model): 20})
     avx2 = CostModel(0.45, verify_costs=tuple(1.0 + 0.44 * n for n in range(9)))
     store_machine_costs(MachineCosts("llamacpp", 80.0, 25.0, avx2), target, draft)
+    # The n-gram candidate is priced from the speculative measurement's verification passes (they do not
+    # depend on the draft), its drafts free: no second measurement of the same target is needed.
+    from_pair = make_plan(target, draft, profile, llamacpp=True).row(LLAMACPP_NGRAM)
+    assert from_pair.measured is not None and from_pair.measured.costs.draft_cost == 0.0
+    assert from_pair.measured.costs.verify_costs == avx2.verify_costs
     store_machine_costs(MachineCosts("llamacpp", 80.0, 25.0, CostModel(0.0, verify_costs=avx2.verify_costs)),
                         target, None)
     plan = make_plan(target, draft, profile, llamacpp=True)

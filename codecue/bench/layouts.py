@@ -1,8 +1,10 @@
-"""Quality of a derived weight layout against its source: ``python -m codecue.bench.layouts SOURCE LAYOUT``.
+"""``codecue bench layouts``: quality of a derived weight layout against the file it derives from.
 
 Teacher-forced over the held-out corpus (the first 768 tokens of each file): perplexity of both files and
-the share of positions where both predict the same next token. These are the numbers
-:data:`codecue.models.requantize.MEASURED_QUALITY` ships; they belong to the model, not to the machine.
+the share of positions where both predict the same next token. The record belongs to the model, not to the
+machine: ``--json`` writes it as a raw report, and the one CodeCue ships
+(``codecue/models/layout_quality.json``) is what :func:`codecue.models.requantize.measured_quality` reads to
+decide which layouts the runtime plan may serve.
 """
 
 from __future__ import annotations
@@ -15,9 +17,17 @@ import torch
 
 from codecue.backends.llamacpp import LlamaCppBackend
 from codecue.bench.points import corpus_files
-from codecue.models.requantize import LayoutQuality, requantized
+from codecue.bench.report import report_meta, report_path, write_report
+from codecue.models.requantize import LAYOUT_CHOICES, LayoutQuality, requantized
+from codecue.models.resolve import resolve_model
 
 TOKENS_PER_FILE = 768
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("layouts", nargs="+", choices=LAYOUT_CHOICES, help="the layouts to measure")
+    parser.add_argument("--target", help="the GGUF file as shipped (default: the configured target)")
+    parser.add_argument("--json", dest="json_out", type=Path, help="write the raw report here")
 
 
 def teacher_forced(path: Path, texts: list[str]) -> tuple[float, list[torch.Tensor], int]:
@@ -35,24 +45,25 @@ def teacher_forced(path: Path, texts: list[str]) -> tuple[float, list[torch.Tens
     return nll, predictions, count
 
 
-def layout_quality(source: Path, layout: str) -> tuple[LayoutQuality, float, float]:
-    """The derived layout's quality record, and the two perplexities."""
-    texts = [path.read_text(encoding="utf-8") for path in corpus_files("heldout")]
-    nll_source, predicted_source, count = teacher_forced(source, texts)
-    nll_derived, predicted_derived, _ = teacher_forced(requantized(source, layout), texts)
-    same = sum(int((a == b).sum()) for a, b in zip(predicted_source, predicted_derived, strict=True))
-    ppl_source, ppl_derived = math.exp(nll_source / count), math.exp(nll_derived / count)
-    return LayoutQuality(round(ppl_derived / ppl_source, 4), round(same / count, 4), count), ppl_source, ppl_derived
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("source", type=Path, help="the GGUF file as shipped")
-    parser.add_argument("layout", choices=["q4_0", "q8_0"])
-    args = parser.parse_args()
-    quality, ppl_source, ppl_derived = layout_quality(args.source.expanduser(), args.layout)
-    print(f"perplexity {ppl_source:.4f} -> {ppl_derived:.4f} over {quality.tokens} tokens; {quality}")
-
-
-if __name__ == "__main__":
-    main()
+def run(args: argparse.Namespace) -> int:
+    source = resolve_model(args.target, "target")
+    files = corpus_files("heldout")
+    texts = [path.read_text(encoding="utf-8") for path in files]
+    nll_source, predicted_source, count = teacher_forced(source.path, texts)
+    ppl_source = math.exp(nll_source / count)
+    rows = []
+    for layout in args.layouts:
+        nll, predicted, _ = teacher_forced(requantized(source.path, layout), texts)
+        same = sum(int((a == b).sum()) for a, b in zip(predicted_source, predicted, strict=True))
+        ppl = math.exp(nll / count)
+        quality = LayoutQuality(round(ppl / ppl_source, 4), round(same / count, 4), count)
+        rows.append({"model": report_path(source.path), "layout": layout, "perplexity_source": round(ppl_source, 4),
+                     "perplexity_derived": round(ppl, 4), "perplexity_ratio": quality.perplexity_ratio,
+                     "top1_agreement": quality.top1_agreement, "tokens": count,
+                     "keeps_quality": quality.keeps_quality})
+        print(f"{source.path.name} as {layout.upper()}: perplexity {ppl_source:.4f} -> {ppl:.4f} over {count} "
+              f"tokens (x{quality.perplexity_ratio}), top-1 agreement {quality.top1_agreement:.2%}"
+              f"{'' if quality.keeps_quality else ', NOT within the quality bound'}")
+    write_report(args.json_out, report_meta("layouts", args.typed_argv), {
+        "corpus": [report_path(path) for path in files], "tokens_per_file": TOKENS_PER_FILE, "summary": rows})
+    return 0

@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "prompt-cost": ("codecue.bench.prompt_cost", "prompt tokens evaluated per keystroke, per layout (no model)"),
     "remote": ("codecue.bench.remote", "a shared inference server's latency next to the local models"),
     "context": ("codecue.bench.context", "cursor-context time after a one-character edit (tree-sitter)"),
+    "layouts": ("codecue.bench.layouts", "quality of a weight layout made here against the shipped file"),
 }
 #: cli.py builds this command's parser with these: no option prefix ("\0" starts no argument) and no -h of
 #: its own, so that every argument after ``bench`` reaches :func:`run` as typed

@@ -6,30 +6,36 @@ model re-quantized to Q4_0 38 ms). ``llama_model_quantize`` (bound in llama-cpp-
 file locally in seconds; the result is cached next to the pulled models and written atomically.
 
 A layout is offered to the runtime plan only where its quality was measured against the file it derives
-from (perplexity and top-1 agreement on the held-out corpus, ``python -m codecue.bench.layouts``) and
-stays within :data:`MAX_PERPLEXITY_INCREASE`. Those numbers belong to the model, not to a machine, so they
+from (perplexity and top-1 agreement on the held-out corpus, ``codecue bench layouts``) and stays within
+:data:`MAX_PERPLEXITY_INCREASE`. Those numbers belong to the model, not to a machine, so they
 ship; the speed is measured on the user's machine like every other cost.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
+import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from codecue.errors import BackendUnavailable, ModelError
 
+log = logging.getLogger(__name__)
+
 AS_IS = "as-is"
 MAX_PERPLEXITY_INCREASE = 0.02  # a derived layout may raise held-out perplexity by at most 2%
 
 _FTYPES = {"q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
+LAYOUT_CHOICES = tuple(_FTYPES)
 
 
 @dataclass(frozen=True)
 class LayoutQuality:
-    """A derived layout against its source on the held-out corpus (``python -m codecue.bench.layouts``)."""
+    """A derived layout against its source on the held-out corpus (``codecue bench layouts``)."""
 
     perplexity_ratio: float  # derived / source
     top1_agreement: float  # share of positions where both predict the same next token
@@ -40,18 +46,29 @@ class LayoutQuality:
         return self.perplexity_ratio <= 1 + MAX_PERPLEXITY_INCREASE
 
 
-# Measured on the 16 held-out corpus files (first 768 tokens each), llama.cpp 0.3.36, repacked weights:
-# source perplexity 2.1072, Q4_0 2.1404. (Q8_0 keeps quality too, 0.9934 / 0.9893, but is not offered: its
-# 1.65 GB cannot be read in under ~59 ms at 28 GB/s, slower than Q4_0's measured 38 ms step, and its
-# flatter verification (9 tokens: 1.81 x 75 ms) still costs more than Q4_0's (2.61 x 38 ms).)
-MEASURED_QUALITY: dict[tuple[str, str], LayoutQuality] = {
-    ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "q4_0"): LayoutQuality(1.0158, 0.9526, 12272),
-}
+#: The shipped quality record: the raw report of ``codecue bench layouts q4_0 --json ...`` (it names the CPU,
+#: build and commit it was measured with; the numbers belong to the model). Package data, so that an
+#: installed CodeCue reads the same record the documentation links to.
+QUALITY_RECORD = Path(__file__).with_name("layout_quality.json")
+
+
+@functools.lru_cache(maxsize=1)
+def measured_quality() -> dict[tuple[str, str], LayoutQuality]:
+    """(source file name, layout) -> its measured quality, read from :data:`QUALITY_RECORD`; empty (no
+    derived layout offered) when the record cannot be read."""
+    try:
+        rows = json.loads(QUALITY_RECORD.read_text(encoding="utf-8"))["summary"]
+        return {(row["model"], row["layout"]): LayoutQuality(float(row["perplexity_ratio"]),
+                                                             float(row["top1_agreement"]), int(row["tokens"]))
+                for row in rows}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("no derived weight layouts: the quality record %s is unreadable (%s)", QUALITY_RECORD, exc)
+        return {}
 
 
 def offered_layouts(source: Path) -> list[str]:
     """The derived layouts of ``source`` that the plan may serve: measured, and within the quality bound."""
-    return [layout for (name, layout), quality in MEASURED_QUALITY.items()
+    return [layout for (name, layout), quality in measured_quality().items()
             if name == source.name and quality.keeps_quality]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from codecue.engine.rounds import RoundRecord
@@ -151,13 +151,19 @@ def price(candidate: Candidate, measured: MachineCosts | None, rounds: Counter[R
 
 def measured_for(candidate: Candidate, target: str, draft: str | None) -> MachineCosts | None:
     """What this machine measured for the candidate. A target-only candidate also takes the target timings
-    of a speculative measurement on the same runtime (the target step is the same); an n-gram one needs its
-    verification passes, measured with the target alone (n-gram drafts cost nothing)."""
+    of a speculative measurement on the same runtime (the target step is the same); an n-gram one takes the
+    verification passes measured with the target alone, else those of a speculative measurement of the same
+    target (the passes do not depend on the draft), with drafts that cost nothing."""
     target = candidate.target_file(target)
     draft = candidate.draft_file(draft) if draft else None
     if candidate.speculative and not candidate.loads_draft:
         own = load_machine_costs(candidate.runtime, target, None)
-        return own if own is not None and own.costs is not None else None
+        if own is not None and own.costs is not None:
+            return own
+        with_draft = load_machine_costs(candidate.runtime, target, draft) if draft else None
+        if with_draft is None or with_draft.costs is None:
+            return None
+        return replace(with_draft, costs=replace(with_draft.costs, draft_cost=0.0))
     if not candidate.speculative:
         own = load_machine_costs(candidate.runtime, target, None)
         if own is not None or draft is None:
