@@ -20,6 +20,7 @@ import ctypes
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,17 @@ def throttled_factory(delay_s: float, hang_file: Path | None = None):
         return completer
 
     return factory
+
+
+@dataclass(frozen=True)
+class CutAt:
+    """A stop for a :class:`~codecue.engine.stops.StopRule`'s ``scope`` that cuts the text at ``chars``
+    characters once it is that long: a stop whose effect a test knows in advance."""
+
+    chars: int
+
+    def predicate(self):
+        return lambda text: self.chars if len(text) >= self.chars else None
 
 
 SEGFAULT_MARKER_ENV = "CODECUE_TEST_SEGFAULT_MARKER"

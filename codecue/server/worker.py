@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from codecue.engine.postprocess import tidy_completion
+from codecue.engine.stops import StopRule
 from codecue.models.config import ModelConfig
 from codecue.server.model_process import ModelProcessCrashed
 from codecue.server.prompt import stable_prefix
@@ -74,7 +75,7 @@ class GenerationJob:
     #: models are loaded (the first request too), unless the model configuration fixes K
     language: str = ""
     context_class: str | None = None
-    stop_predicate: Callable[[str], int | None] | None = None
+    stop_rule: StopRule | None = None  # data: the predicate is made where the model runs
     on_round: Callable[[RoundRecord], None] | None = None
     on_text: Callable[[str], None] | None = None
     label: str = ""  # for logs
@@ -390,7 +391,7 @@ class ModelWorker:
                     k=depth.start,
                     k_max=depth.ceiling,
                     temperature=job.temperature,
-                    stop_predicate=job.stop_predicate,
+                    stop_rule=job.stop_rule,
                     on_text=job.on_text,
                     cancelled=job.poll_cancelled,
                     on_round=job.on_round,
@@ -401,7 +402,7 @@ class ModelWorker:
                 if not job.background and completer.budget.first_text_ms:
                     with self._cond:
                         self._refine = replace(job, background=True, warm_only=True, on_text=None, on_round=None,
-                                               stop_predicate=None, label=f"warm after {job.label}",
+                                               stop_rule=None, label=f"warm after {job.label}",
                                                future=Future(), _cancel=threading.Event())
             except BaseException as exc:  # noqa: BLE001 - the job's owner reports it; the worker lives on
                 if isinstance(exc, ModelProcessCrashed):
