@@ -27,6 +27,7 @@ from codecue.engine.proposers import (
 from codecue.engine.rounds import RoundRecord
 from codecue.engine.sampling import Sampling
 from codecue.engine.speculative import GenerationParams, GenerationResult, generate
+from codecue.engine.stops import StopRule, predicate_for
 from codecue.errors import CodeCueError, ModelError
 from codecue.models.config import DRAFT_MODES, ModelConfig
 from codecue.models.tokenizer import load_tokenizer
@@ -241,6 +242,7 @@ class Completer:
         seed: int | None = None,
         stop_strings: Sequence[str] = (),
         stop_predicate: Callable[[str], int | None] | None = None,
+        stop_rule: StopRule | None = None,
         on_text: Callable[[str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
         on_round: Callable[[RoundRecord], None] | None = None,
@@ -249,7 +251,10 @@ class Completer:
     ) -> GenerationResult:
         """``k``: the first round's draft depth (None: the configuration's fixed K, else 0; the depth of a
         request is the K authority's to decide, :meth:`k_authority`); it grows within the generation while
-        drafts are accepted, up to ``k_max`` (None: ``k``, a fixed depth)."""
+        drafts are accepted, up to ``k_max`` (None: ``k``, a fixed depth). ``stop_rule`` (what the server
+        and ``codecue complete`` pass, in this process or the model process) becomes the stop predicate
+        here; a ``stop_predicate`` given too cuts where it cuts first."""
+        stop_predicate = predicate_for(stop_rule, stop_predicate)
         k = (self.config.k or 0) if k is None else k
         k_max = k if k_max is None else k_max
         mode = draft_mode or self.config.draft_mode

@@ -27,6 +27,7 @@ from typing import Any
 from codecue.backends.remote import RemoteClient, RemoteError, RemoteSettings
 from codecue.engine.fim import FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, PromptBudget, build_fim_text
 from codecue.engine.speculative import GenerationResult, GenerationStats
+from codecue.engine.stops import StopRule, predicate_for
 from codecue.engine.streaming import TextStream
 from codecue.errors import CodeCueError
 
@@ -151,11 +152,13 @@ class RemoteCompleter:
         seed: int | None = None,
         stop_strings: Sequence[str] = (),
         stop_predicate: Callable[[str], int | None] | None = None,
+        stop_rule: StopRule | None = None,
         on_text: Callable[[str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
         **_local_only: Any,  # k, draft_mode, on_round: the server speculates on its own
     ) -> GenerationResult:
         """Stream one completion of ``prompt`` (text) from the server."""
+        stop_predicate = predicate_for(stop_rule, stop_predicate)
         self.last_prompt = prompt
         body = request_body(self.settings, prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                             seed=seed, stop=stop_strings)

@@ -46,17 +46,16 @@ def test_a_segfault_in_the_model_process_fails_one_job_and_the_next_is_served(se
     assert worker.loads == 2 and worker.completer.pid != pid_before
 
 
-def test_stop_predicate_and_cancellation_are_answered_by_the_server(segfaulting_worker):
+def test_the_stop_rule_and_cancellation_reach_the_model_process(segfaulting_worker):
+    from codecue.engine.stops import StopRule
+    from codecue.server.testing import CutAt
+
     worker, choice = segfaulting_worker
-    seen: list[str] = []
-
-    def stop_after_first_text(text: str) -> int | None:
-        seen.append(text)
-        return len(text) if text else None
-
-    job = GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=32, stop_predicate=stop_after_first_text)
+    whole = worker.submit(GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=32)).result(timeout=120)
+    job = GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=32, stop_rule=StopRule(CutAt(3)))
     result = worker.submit(job).result(timeout=120)
-    assert seen and result.text == seen[-1][: len(result.text)] and result.stats.new_tokens < 32
+    assert result.stop_reason == "stop" and len(result.text) <= 3
+    assert whole.stats.new_tokens > result.stats.new_tokens
 
     job = GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=32)
     job.cancel()

@@ -44,6 +44,7 @@ from codecue.engine.fim import (
     shorter_budgets,
 )
 from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion
+from codecue.engine.stops import StopRule
 from codecue.errors import CodeCueError
 from codecue.models.flags import add_model_arguments, config_from_args
 from codecue.server.context_hooks import ContextHooks
@@ -344,15 +345,16 @@ def score(point: QualityPoint, variant: str, raw: str, stop_reason: str, prompt_
     )
 
 
-def stop_for(point: QualityPoint) -> Callable[[str], int | None] | None:
-    """The syntax-aware stop the server would use at this point (tree-sitter), else a blank line."""
+def stop_for(point: QualityPoint) -> StopRule:
+    """The syntax-aware stop the server would use at this point (tree-sitter), else a blank line; not the
+    server's stop at a repetition of the suffix, which the scores count (``repeats_suffix``)."""
     hooks = ContextHooks()
     uri = f"file:///{point.name}"
     text = point.prefix + point.suffix
     hooks.opened(uri, point.language, text)
     line = point.prefix.count("\n")
     character = len(point.prefix) - point.prefix.rfind("\n") - 1
-    return hooks.stop_predicate(hooks.cursor(uri, point.language, line, character))
+    return StopRule.at_cursor(hooks.scope_stop(hooks.cursor(uri, point.language, line, character)))
 
 
 def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max_tokens: int = 32,
@@ -372,7 +374,7 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
             ids = completer.tokenizer.encode(text, add_special_tokens=False)
             t0 = time.perf_counter()
             result = completer.generate_ids(ids, max_tokens=max_tokens, k=0, draft_mode="none",
-                                            stop_predicate=stops[point.name])
+                                            stop_rule=stops[point.name])
             record = score(point, name, result.text, result.stop_reason, len(ids), (time.perf_counter() - t0) * 1e3)
             records.append(record)
             if on_record is not None:

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         raise CodeCueError("--temperature must be >= 0 and --top-p in (0, 1]")
     config = config_from_args(args)
     context = cursor_context(args.file, text, args.line, args.character)
-    stop_predicate = None if args.no_scope_stop else scope_stop(args.file, text, args.line, args.character, context)
+    stop_rule = None if args.no_scope_stop else scope_stop(args.file, text, args.line, args.character, context)
     from codecue.backends.remote import choose_remote_url
     from codecue.tuning.policy import Depth
 
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = completer.complete(prefix, suffix, max_tokens=args.max_tokens, k=depth.start, k_max=depth.ceiling,
                                 temperature=args.temperature,
-                                top_p=args.top_p, seed=args.seed, stop_predicate=stop_predicate,
+                                top_p=args.top_p, seed=args.seed, stop_rule=stop_rule,
                                 on_text=stream if args.stream and not args.json else None)
     s = result.stats
     if result.notice and not args.json:
@@ -113,16 +113,20 @@ def cursor_context(path: Path, text: str, line: int, character: int):
 
 
 def scope_stop(path: Path, text: str, line: int, character: int, context=None):
-    """The same syntax-aware stop the language server uses: from tree-sitter when the language is known,
-    else at the first blank line."""
-    from codecue.server.context_hooks import blank_line_stop
+    """The stop rule the language server uses (:meth:`ContextHooks.stop_rule`): the syntax's stop from
+    tree-sitter when the language is known, else the first blank line, and a repetition of the code after
+    the cursor."""
+    from codecue.document import split_at
+    from codecue.engine.stops import StopRule
 
     context = context if context is not None else cursor_context(path, text, line, character)
-    if context is None:
-        return blank_line_stop
-    try:
-        from codecue.context.stopping import make_stop_predicate
+    scope = None
+    if context is not None:
+        try:
+            from codecue.context.stopping import ScopeStop
 
-        return make_stop_predicate(context)
-    except Exception:  # noqa: BLE001 - a context failure must not stop a completion
-        return blank_line_stop
+            scope = ScopeStop.of(context)
+        except Exception:  # noqa: BLE001 - a context failure must not stop a completion
+            scope = None
+    prefix, suffix = split_at(text, line, character)
+    return StopRule.at_cursor(scope, prefix, suffix)

@@ -17,7 +17,7 @@ from codecue.context.languages import (
     language_for_path,
 )
 from codecue.context.positions import LineIndex
-from codecue.context.stopping import make_stop_predicate
+from codecue.context.stopping import ScopeStop, make_stop_predicate
 
 __all__ = [
     "CONTEXT_CLASSES",
@@ -25,6 +25,7 @@ __all__ = [
     "CursorContext",
     "DocumentTrees",
     "LineIndex",
+    "ScopeStop",
     "UnsupportedLanguageError",
     "analyze",
     "available_languages",

@@ -12,11 +12,16 @@ which the completion should be cut (``text[:cut]`` is shown), or None to keep ge
   document already has it after the cursor, after it otherwise.
 
 Predicates are pure functions of the text, so they are safe to call after every generated token.
+
+:class:`ScopeStop` is the same stop as plain data (what the predicate reads from the cursor context and the
+grammar), so that it crosses to the process that holds the models and becomes the predicate there
+(:class:`codecue.engine.stops.StopRule` carries it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from codecue.context.analysis import CursorContext
 from codecue.context.languages import Syntax, get_grammar
@@ -28,16 +33,48 @@ _CLOSE = ")]}"
 _CONTINUATION_CHARS = ",([{=+-*/%&|<>!?.^~:"
 
 
+@dataclass(frozen=True)
+class ScopeStop:
+    """What the stop at a cursor needs of its :class:`CursorContext` and grammar: plain, picklable data
+    (no tree, no parser), turned into the predicate by :meth:`predicate` wherever the model runs."""
+
+    context_class: str
+    scope: str  # "line" | "statement" | "block"
+    indentation: str
+    line_prefix_blank: bool
+    syntax: Syntax
+    closing_delimiter: str | None = None
+    delimiter_closed: bool = False
+    missing_closer: str | None = None
+
+    @classmethod
+    def of(cls, ctx: CursorContext) -> ScopeStop:
+        """The stop at ``ctx``; UnsupportedLanguageError when its grammar is unknown."""
+        return cls(
+            context_class=ctx.context_class,
+            scope=ctx.scope,
+            indentation=ctx.indentation,
+            line_prefix_blank=ctx.line_prefix_blank,
+            syntax=get_grammar(ctx.grammar or ctx.language).syntax,
+            closing_delimiter=ctx.closing_delimiter,
+            delimiter_closed=ctx.delimiter_closed,
+            missing_closer=ctx.missing_closer,
+        )
+
+    def predicate(self) -> StopPredicate:
+        """The stop predicate (see the module docstring)."""
+        if self.context_class in ("string", "comment", "docstring"):
+            return _literal_predicate(self)
+        if self.scope == "line":
+            return _cut_at_newline
+        if self.scope == "block":
+            return lambda text: _block_end(self, text)
+        return lambda text: _statement_end(self, self.syntax, text)
+
+
 def make_stop_predicate(ctx: CursorContext) -> StopPredicate:
     """The stop predicate for a completion at ``ctx`` (see the module docstring)."""
-    syntax = get_grammar(ctx.grammar or ctx.language).syntax
-    if ctx.context_class in ("string", "comment", "docstring"):
-        return _literal_predicate(ctx)
-    if ctx.scope == "line":
-        return _cut_at_newline
-    if ctx.scope == "block":
-        return lambda text: _block_end(ctx, syntax, text)
-    return lambda text: _statement_end(ctx, syntax, text)
+    return ScopeStop.of(ctx).predicate()
 
 
 def _cut_at_newline(text: str) -> int | None:
@@ -54,7 +91,7 @@ def _indent_of(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def _literal_predicate(ctx: CursorContext) -> StopPredicate:
+def _literal_predicate(ctx: ScopeStop) -> StopPredicate:
     delimiter = ctx.closing_delimiter
     multi_line = ctx.scope == "block" and delimiter is not None and delimiter not in ('"', "'")
 
@@ -100,7 +137,7 @@ def _dedent_cut(text: str, min_indent: int) -> int | None:
     return None
 
 
-def _block_end(ctx: CursorContext, syntax: Syntax, text: str) -> int | None:
+def _block_end(ctx: ScopeStop, text: str) -> int | None:
     """Cut when a line's indentation drops below the block body's (the body is complete)."""
     lines = text.split("\n")
     header_indent: str | None = None if ctx.line_prefix_blank else ctx.indentation
@@ -125,7 +162,7 @@ def _block_end(ctx: CursorContext, syntax: Syntax, text: str) -> int | None:
     return None
 
 
-def _closing_cut(ctx: CursorContext, text: str, line_start: int, line: str) -> int:
+def _closing_cut(ctx: ScopeStop, text: str, line_start: int, line: str) -> int:
     """Cut before a dedented line, or just after it when it writes the closer the document lacks."""
     closer = ctx.missing_closer
     if closer and line.lstrip().startswith(closer):
@@ -133,7 +170,7 @@ def _closing_cut(ctx: CursorContext, text: str, line_start: int, line: str) -> i
     return _trimmed(text, line_start)
 
 
-def _statement_end(ctx: CursorContext, syntax: Syntax, text: str) -> int | None:
+def _statement_end(ctx: ScopeStop, syntax: Syntax, text: str) -> int | None:
     """Cut when the statement that the completion writes is complete."""
     quotes = sorted(syntax.quotes, key=len, reverse=True)
     multi_line = {opener: closer for opener, closer in syntax.multiline_delimiters}

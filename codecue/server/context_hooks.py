@@ -15,20 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from codecue.context import DocumentTrees, get_grammar, language_for_lsp_id
-from codecue.context.stopping import make_stop_predicate
+from codecue.context.stopping import ScopeStop
 from codecue.engine.rounds import RoundJoiner
+from codecue.engine.stops import StopRule
+from codecue.engine.stops import blank_line_stop as blank_line_stop  # the fallback stop, named here too
 from codecue.tuning import KPolicy
 
 log = logging.getLogger(__name__)
-
-
-def blank_line_stop(text: str) -> int | None:
-    """Stop at the first blank line after some text: an inline suggestion is one block, not a file."""
-    stripped = text.lstrip("\n")
-    cut = stripped.find("\n\n")
-    if cut < 0:
-        return None
-    return len(text) - len(stripped) + cut + 1
 
 
 @dataclass
@@ -124,12 +117,16 @@ class ContextHooks:
                 info.language = ctx.language or info.language
         return info
 
-    def stop_predicate(self, info: CursorInfo) -> Any:
-        if info.context is not None:
-            predicate = self._call("stopping", make_stop_predicate, info.context)
-            if predicate is not None:
-                return predicate
-        return blank_line_stop
+    def scope_stop(self, info: CursorInfo) -> ScopeStop | None:
+        """The syntax's stop at the cursor, or None (no context: the rule stops at a blank line)."""
+        if info.context is None:
+            return None
+        return self._call("stopping", ScopeStop.of, info.context)
+
+    def stop_rule(self, info: CursorInfo, prefix: str, suffix: str) -> StopRule:
+        """Where a completion at the cursor stops, as data the model process turns into its predicate:
+        the syntax's stop (else a blank line) and a repetition of the code after the cursor."""
+        return StopRule.at_cursor(self.scope_stop(info), prefix, suffix)
 
     def observer(self, info: CursorInfo) -> Any:
         """An ``on_round(record)`` callback feeding the policy each round's RoundRecord, or None."""

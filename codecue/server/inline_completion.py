@@ -31,7 +31,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from codecue.document import PositionError, typed_since
-from codecue.engine.postprocess import combine_stops, streamable, suffix_repeat_stop
+from codecue.engine.postprocess import streamable
 from codecue.server.context_hooks import CursorInfo
 from codecue.server.prompt import project_context, uri_to_path
 from codecue.server.stats import CancelRecord
@@ -194,8 +194,7 @@ class InlineCompletions:
             temperature=server.options.temperature,
             language=info.language,
             context_class=info.context_class,
-            stop_predicate=combine_stops(server.hooks.stop_predicate(info),
-                                         suffix_repeat_stop(request.prefix, request.suffix)),
+            stop_rule=server.hooks.stop_rule(info, request.prefix, request.suffix),
             on_round=server.hooks.observer(info),
             on_text=on_text,
             label=f"{request.uri}@{request.version}",

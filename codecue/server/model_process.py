@@ -2,11 +2,14 @@
 
 The server's worker drives a :class:`CompleterProcess` exactly as it drives an in-process
 :class:`~codecue.completion.Completer` (``complete``, ``reset_caches``, ``close``). The child holds the
-models; the callbacks a generation needs stay in the server and are answered over a pipe: streamed text
-and round records flow up, and the child asks ``cancelled?`` once per round and ``stop?`` with the text
-so far (tree-sitter stops live in the server). When the child dies — a segfault in llama.cpp, an abort,
-the OOM killer — the pending completion fails with :class:`ModelProcessCrashed` and the worker starts a
-new child for the next request.
+models and everything a generation consults every round: the stop rule crosses the pipe as data (a
+:class:`~codecue.engine.stops.StopRule`, made into the predicate in the child as in-process), and
+cancellation is a number in shared memory that the child reads before each round, warm-up step or timed
+pass (:meth:`CompleterProcess.canceller`). Nothing goes down the pipe while a call runs; up it go only
+notices (streamed ``text``, one ``round`` per round when the caller counts rounds or wants their records)
+and the final ``done`` or ``error``. When the child dies — a segfault in llama.cpp, an abort, the OOM
+killer — the pending call fails with :class:`ModelProcessCrashed` and the worker starts a new child for
+the next request.
 """
 
 from __future__ import annotations
@@ -15,14 +18,16 @@ import importlib
 import logging
 import multiprocessing
 import signal
+import threading
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from codecue.errors import CodeCueError
 
 if TYPE_CHECKING:
     from codecue.engine.fim import PromptBudget
+    from codecue.engine.rounds import RoundRecord
     from codecue.engine.speculative import GenerationResult
     from codecue.models.config import ModelConfig
     from codecue.tuning.machine_costs import MachineCosts
@@ -82,10 +87,48 @@ def _load_factory(ref: str) -> Callable[[ModelConfig], Any]:
     return getattr(importlib.import_module(module), name)
 
 
+class _CallNumber(Protocol):
+    """The shared ``multiprocessing`` number: the highest call the server has cancelled."""
+
+    value: int
+
+
 # -- the child ---------------------------------------------------------------------------------------
 
 
-def _child_main(conn: Connection, choice: ModelConfig, loader: str) -> None:
+class _Rounds:
+    """In the child, for a generation whose caller counts rounds (in-process, its ``cancelled`` is called
+    once before each round) or wants their records: the engine's ``cancelled`` and ``on_round``. Before
+    each round after the first it sends ``("round", record, True)``: the round that ended, with its record
+    if it drafted, and a next one starts unless cancelled. The server then calls the caller's callbacks as
+    often as an in-process generation does, for one message per round. The last round's record, if any,
+    goes up as ``("round", record, False)``."""
+
+    def __init__(self, conn: Connection, cancelled: Callable[[], bool]) -> None:
+        self._conn = conn
+        self._cancelled = cancelled
+        self._started = 0
+        self._record: RoundRecord | None = None
+
+    def on_round(self, record: RoundRecord) -> None:
+        self._record = record
+
+    def next_round(self) -> bool:
+        if self._started:
+            self._conn.send(("round", self._record, True))
+            self._record = None
+        if self._cancelled():
+            return True
+        self._started += 1
+        return False
+
+    def finish(self) -> None:
+        if self._record is not None:
+            self._conn.send(("round", self._record, False))
+            self._record = None
+
+
+def _child_main(conn: Connection, choice: ModelConfig, loader: str, cancelled_call: _CallNumber) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when the child stops
     try:
         completer = _load_factory(loader)(choice)
@@ -93,10 +136,6 @@ def _child_main(conn: Connection, choice: ModelConfig, loader: str) -> None:
         conn.send(("error", *_portable_error(exc)))
         return
     conn.send(("ready", {"runtime": completer.runtime, "budget": completer.budget, "names": completer.names}))
-
-    def ask(question: str, *payload: Any) -> Any:
-        conn.send((question, *payload))
-        return conn.recv()
 
     while True:
         try:
@@ -106,30 +145,37 @@ def _child_main(conn: Connection, choice: ModelConfig, loader: str) -> None:
         command = message[0]
         if command == "close":
             return
+        call = message[1]
+
+        def cancelled(call: int = call) -> bool:
+            return cancelled_call.value >= call
+
         try:
             if command == "reset":
                 completer.reset_caches()
                 conn.send(("done", None))
                 continue
             if command == "warm":
-                _, prefix, suffix, extra_context, path = message
+                _, _, prefix, suffix, extra_context, path = message
                 conn.send(("done", completer.warm_context(prefix, suffix, extra_context, path=path,
-                                                          cancelled=lambda: ask("cancelled?"))))
+                                                          cancelled=cancelled)))
                 continue
             if command == "count":
-                conn.send(("done", completer.count_tokens(message[1])))
+                conn.send(("done", completer.count_tokens(message[2])))
                 continue
             if command == "measure":
-                conn.send(("done", completer.measure_costs(should_stop=lambda: ask("cancelled?"))))
+                conn.send(("done", completer.measure_costs(should_stop=cancelled)))
                 continue
-            _, prefix, suffix, kwargs, wants = message
+            _, _, prefix, suffix, kwargs, wants = message
+            rounds = _Rounds(conn, cancelled) if {"cancelled", "on_round"} & set(wants) else None
             result = completer.complete(
                 prefix, suffix, **kwargs,
                 on_text=(lambda text: conn.send(("text", text))) if "on_text" in wants else None,
-                on_round=(lambda record: conn.send(("round", record))) if "on_round" in wants else None,
-                stop_predicate=(lambda text: ask("stop?", text)) if "stop_predicate" in wants else None,
-                cancelled=(lambda: ask("cancelled?")) if "cancelled" in wants else None,
+                on_round=rounds.on_round if rounds is not None and "on_round" in wants else None,
+                cancelled=rounds.next_round if rounds is not None else cancelled,
             )
+            if rounds is not None:
+                rounds.finish()
             conn.send(("done", result))
         except BaseException as exc:  # noqa: BLE001 - one failed completion; the child serves on
             conn.send(("error", *_portable_error(exc)))
@@ -144,7 +190,12 @@ class CompleterProcess:
     def __init__(self, choice: ModelConfig, loader: str = DEFAULT_LOADER) -> None:
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or locks inherited
         self._conn, child_conn = context.Pipe(duplex=True)
-        self._process = context.Process(target=_child_main, args=(child_conn, choice, loader),
+        # Calls are numbered; the child stops a call once this reaches its number. A number, not a flag
+        # to clear between calls: a cancel that arrives late (its call has ended) cannot touch the next.
+        self._cancelled_call: _CallNumber = context.Value("Q", 0, lock=False)
+        self._cancel_lock = threading.Lock()  # cancels come from the worker and the sessions' threads
+        self._calls = 0
+        self._process = context.Process(target=_child_main, args=(child_conn, choice, loader, self._cancelled_call),
                                         name="codecue-models", daemon=True)
         self._process.start()
         child_conn.close()
@@ -165,8 +216,28 @@ class CompleterProcess:
     def alive(self) -> bool:
         return self._process.is_alive()
 
-    def _receive(self) -> tuple[Any, ...]:
-        """The child's next message; raises ModelProcessCrashed when it died instead."""
+    # -- cancellation --------------------------------------------------------------------------------
+    def canceller(self) -> Callable[[], None]:
+        """A function that cancels the next call made on this process (``complete``, ``warm_context``,
+        ``measure_costs``) through the shared number, from any thread and at any time: before the call
+        starts, while it runs (the child stops before its next round, warm-up step or timed pass), or
+        after it ended (then it does nothing)."""
+        call = self._calls + 1
+        return lambda: self._cancel(call)
+
+    def _cancel(self, call: int) -> None:
+        with self._cancel_lock:
+            if self._cancelled_call.value < call:
+                self._cancelled_call.value = call
+
+    def _send(self, command: str, *payload: Any) -> int:
+        self._calls += 1
+        self._conn.send((command, self._calls, *payload))
+        return self._calls
+
+    def _receive(self, idle: Callable[[], None] | None = None) -> tuple[Any, ...]:
+        """The child's next message, calling ``idle`` every ``_POLL_S`` without one; raises
+        ModelProcessCrashed when the child died instead."""
         while True:
             try:
                 if self._conn.poll(_POLL_S):
@@ -175,6 +246,8 @@ class CompleterProcess:
                 pass
             else:
                 if self._process.is_alive():
+                    if idle is not None:
+                        idle()
                     continue
                 if self._conn.poll(0):  # it answered, then exited
                     continue
@@ -184,6 +257,7 @@ class CompleterProcess:
                 "a new one starts for the next request; run `codecue doctor` if this repeats",
             )
 
+    # -- the completer's interface -------------------------------------------------------------------
     def complete(
         self,
         prefix: str,
@@ -191,58 +265,68 @@ class CompleterProcess:
         *,
         extra_context: Sequence[tuple[str, str]] = (),
         on_text: Callable[[str], None] | None = None,
-        on_round: Callable[[Any], None] | None = None,
-        stop_predicate: Callable[[str], int | None] | None = None,
+        on_round: Callable[[RoundRecord], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
         **kwargs: Any,
     ) -> GenerationResult:
-        callbacks = {"on_text": on_text, "on_round": on_round, "stop_predicate": stop_predicate,
-                     "cancelled": cancelled}
+        """As :meth:`Completer.complete`. The stop goes as ``stop_rule`` (data); a ``stop_predicate``
+        would be called in the server every round, so it is refused. ``cancelled`` is called as often as
+        in-process (before the first round and before each next one, here as each round's notice
+        arrives), and its yes reaches the child through the shared number; to stop a round sooner than
+        that, use :meth:`canceller`."""
+        if kwargs.get("stop_predicate") is not None:
+            raise TypeError("a stop predicate cannot cross to the model process: pass stop_rule (a StopRule)")
+        kwargs.pop("stop_predicate", None)
+        callbacks = {"on_text": on_text, "on_round": on_round, "cancelled": cancelled}
         wants = tuple(name for name, fn in callbacks.items() if fn is not None)
         kwargs["extra_context"] = tuple(extra_context)
-        self._conn.send(("complete", prefix, suffix, kwargs, wants))
-        return self._answer_until_done(
-            cancelled=cancelled,
-            notices={"text": on_text, "round": on_round},
-            questions={"stop?": stop_predicate},
-        )
-
-    def reset_caches(self) -> None:
-        self._conn.send(("reset",))
-        self._answer_until_done()
-
-    def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
-                     path: str | None = None, cancelled: Callable[[], bool] | None = None) -> int:
-        self._conn.send(("warm", prefix, suffix, tuple(extra_context), path))
-        return self._answer_until_done(cancelled=cancelled or (lambda: False))
-
-    def count_tokens(self, text: str) -> int:
-        self._conn.send(("count", text))
-        return self._answer_until_done()
-
-    def measure_costs(self, should_stop: Callable[[], bool] | None = None) -> MachineCosts:
-        self._conn.send(("measure",))
-        return self._answer_until_done(cancelled=should_stop or (lambda: False))
-
-    def _answer_until_done(
-        self,
-        cancelled: Callable[[], bool] | None = None,
-        notices: dict[str, Callable[[Any], None] | None] | None = None,
-        questions: dict[str, Callable[[Any], Any] | None] | None = None,
-    ) -> Any:
-        """Serve the child's callbacks until it answers: ``notices`` (streamed text, round records) are
-        passed on, ``questions`` (``stop?``, and ``cancelled?`` through ``cancelled``) are answered."""
-        questions = {**(questions or {}), "cancelled?": (lambda: bool(cancelled())) if cancelled else None}
+        call = self._calls + 1
+        if cancelled is not None and cancelled():  # the engine's check before the first round
+            self._cancel(call)
+        self._send("complete", prefix, suffix, kwargs, wants)
         while True:
             kind, *payload = self._receive()
             if kind == "done":
                 return payload[0]
             if kind == "error":
                 raise _rebuild_error(*payload)
-            if notices and notices.get(kind) is not None:
-                notices[kind](payload[0])
-            elif questions.get(kind) is not None:
-                self._conn.send(questions[kind](*payload))
+            if kind == "text" and on_text is not None:
+                on_text(payload[0])
+            elif kind == "round":
+                record, more = payload
+                if record is not None and on_round is not None:
+                    on_round(record)
+                if more and cancelled is not None and cancelled():
+                    self._cancel(call)
+
+    def reset_caches(self) -> None:
+        self._call("reset")
+
+    def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
+                     path: str | None = None, cancelled: Callable[[], bool] | None = None) -> int:
+        return self._call("warm", prefix, suffix, tuple(extra_context), path, cancelled=cancelled)
+
+    def count_tokens(self, text: str) -> int:
+        return self._call("count", text)
+
+    def measure_costs(self, should_stop: Callable[[], bool] | None = None) -> MachineCosts:
+        return self._call("measure", cancelled=should_stop)
+
+    def _call(self, command: str, *payload: Any, cancelled: Callable[[], bool] | None = None) -> Any:
+        """Send ``command`` and return the child's answer. ``cancelled`` (a warm-up's, a measurement's)
+        is asked before it starts and every ``_POLL_S`` while it runs; a yes cancels it."""
+        call = self._calls + 1
+
+        def check() -> None:
+            if cancelled is not None and cancelled():
+                self._cancel(call)
+
+        check()
+        self._send(command, *payload)
+        kind, *answer = self._receive(check if cancelled is not None else None)
+        if kind == "error":
+            raise _rebuild_error(*answer)
+        return answer[0]
 
     def close(self) -> None:
         if self._process.is_alive():

@@ -20,6 +20,7 @@ import ctypes
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,29 @@ def throttled_factory(delay_s: float, hang_file: Path | None = None):
         return completer
 
     return factory
+
+
+FORWARD_DELAY_ENV = "CODECUE_TEST_FORWARD_DELAY_MS"
+HANG_FILE_ENV = "CODECUE_TEST_HANG_FILE"
+
+
+def load_throttled_completer(choice: ModelConfig):
+    """:func:`throttled_factory`'s completer, configured by the environment (a model process's loader is
+    named, not built: ``$CODECUE_TEST_FORWARD_DELAY_MS``, ``$CODECUE_TEST_HANG_FILE``)."""
+    hang_file = os.environ.get(HANG_FILE_ENV)
+    return throttled_factory(float(os.environ.get(FORWARD_DELAY_ENV, "0")) / 1000,
+                             Path(hang_file) if hang_file else None)(choice)
+
+
+@dataclass(frozen=True)
+class CutAt:
+    """A stop for a :class:`~codecue.engine.stops.StopRule`'s ``scope`` that cuts the text at ``chars``
+    characters once it is that long: a stop whose effect a test knows in advance."""
+
+    chars: int
+
+    def predicate(self):
+        return lambda text: self.chars if len(text) >= self.chars else None
 
 
 SEGFAULT_MARKER_ENV = "CODECUE_TEST_SEGFAULT_MARKER"

@@ -3,8 +3,9 @@
 Every LSP session (one per editor connection in the daemon) submits :class:`GenerationJob` s here. The
 asyncio loops never touch a model, so they keep reading messages (and cancellations) while a
 generation runs. A job is cancelled by setting its flag; the engine polls it between speculative
-rounds, so a generation stops within one round. The models are loaded on the first job, swapped when a
-job asks for another pair, and unloaded after an idle timeout.
+rounds, so a generation stops within one round (with the models in a child process, the cancel also
+sets the process's shared flag, which the child reads before each round). The models are loaded on the
+first job, swapped when a job asks for another pair, and unloaded after an idle timeout.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from codecue.engine.postprocess import tidy_completion
+from codecue.engine.stops import StopRule
 from codecue.models.config import ModelConfig
 from codecue.server.model_process import ModelProcessCrashed
 from codecue.server.prompt import stable_prefix
@@ -74,7 +76,7 @@ class GenerationJob:
     #: models are loaded (the first request too), unless the model configuration fixes K
     language: str = ""
     context_class: str | None = None
-    stop_predicate: Callable[[str], int | None] | None = None
+    stop_rule: StopRule | None = None  # data: the predicate is made where the model runs
     on_round: Callable[[RoundRecord], None] | None = None
     on_text: Callable[[str], None] | None = None
     label: str = ""  # for logs
@@ -82,18 +84,29 @@ class GenerationJob:
     rounds_started: int = 0
     rounds_at_cancel: int | None = None
     _cancel: threading.Event = field(default_factory=threading.Event)
+    _on_cancel: list[Callable[[], None]] = field(default_factory=list, init=False, repr=False)
 
     def cancel(self) -> None:
         if not self._cancel.is_set():
             self.rounds_at_cancel = self.rounds_started
             self._cancel.set()
+            for notify in list(self._on_cancel):
+                notify()
+
+    def when_cancelled(self, notify: Callable[[], None]) -> None:
+        """Call ``notify`` (on the cancelling thread) when the job is cancelled, or now if it is: a model
+        process does not poll the job, it is told."""
+        self._on_cancel.append(notify)
+        if self._cancel.is_set():
+            notify()
 
     @property
     def is_cancelled(self) -> bool:
         return self._cancel.is_set()
 
     def poll_cancelled(self) -> bool:
-        """The engine's ``cancelled`` callback: called once before each round."""
+        """The engine's ``cancelled`` callback: called once before each round (by a model process as each
+        round's notice arrives)."""
         if self._cancel.is_set():
             return True
         self.rounds_started += 1
@@ -140,6 +153,7 @@ class ModelWorker:
         self._loaded: ModelConfig | None = None
         self._running: GenerationJob | None = None
         self._refine: GenerationJob | None = None  # the last request, whose full prompt idle time warms
+        self._interrupt_idle_work: Callable[[], None] | None = None  # cancels a measurement in a model process
         self.last_activity = time.monotonic()
         self.generations = 0
         self.loads = 0
@@ -156,6 +170,8 @@ class ModelWorker:
                 self._cancel_background_locked()
                 self._refine = None
             self._queue.append(job)
+            if self._interrupt_idle_work is not None:
+                self._interrupt_idle_work()
             # A flood of requests (many documents at once) must not grow the queue without bound: the
             # oldest waiting jobs are the least likely to still matter.
             while len(self._queue) > self.max_pending:
@@ -251,6 +267,8 @@ class ModelWorker:
             self._queue.clear()
             if self._running is not None:
                 self._running.cancel()
+            if self._interrupt_idle_work is not None:
+                self._interrupt_idle_work()
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
@@ -335,6 +353,11 @@ class ModelWorker:
         measured = load_machine_costs(completer.runtime, *completer.names)
         if measured is None and self.measure_costs:
             log.info("measuring this machine's costs for %s in idle time", completer.runtime)
+            # A model process is told to stop at once when a job arrives (``submit``); should_stop is
+            # what an in-process completer asks between timed passes.
+            canceller = getattr(completer, "canceller", None)
+            with self._cond:
+                self._interrupt_idle_work = canceller() if canceller is not None else None
             try:
                 measured = completer.measure_costs(should_stop=lambda: bool(self._queue) or self._stopping)
             except MeasurementAbandoned:
@@ -346,6 +369,9 @@ class ModelWorker:
                         self._unload_locked()
                 self._costs_ready = True
                 return
+            finally:
+                with self._cond:
+                    self._interrupt_idle_work = None
             if measured is None:  # a remote server: nothing of ours to measure
                 self._costs_ready = True
                 return
@@ -376,11 +402,13 @@ class ModelWorker:
                     completer.reset_caches()
                 prefix = stable_prefix(job.prefix, completer.budget)
                 if job.warm_only:
+                    _link_cancel(job, completer)
                     completer.warm_context(prefix, job.suffix, job.extra_context, path=job.path,
                                            cancelled=job.poll_cancelled)
                     job.future.set_result(None)
                     continue
                 depth = self.depth_for(job)
+                _link_cancel(job, completer)
                 result = completer.complete(
                     prefix,
                     job.suffix,
@@ -390,7 +418,7 @@ class ModelWorker:
                     k=depth.start,
                     k_max=depth.ceiling,
                     temperature=job.temperature,
-                    stop_predicate=job.stop_predicate,
+                    stop_rule=job.stop_rule,
                     on_text=job.on_text,
                     cancelled=job.poll_cancelled,
                     on_round=job.on_round,
@@ -401,7 +429,7 @@ class ModelWorker:
                 if not job.background and completer.budget.first_text_ms:
                     with self._cond:
                         self._refine = replace(job, background=True, warm_only=True, on_text=None, on_round=None,
-                                               stop_predicate=None, label=f"warm after {job.label}",
+                                               stop_rule=None, label=f"warm after {job.label}",
                                                future=Future(), _cancel=threading.Event())
             except BaseException as exc:  # noqa: BLE001 - the job's owner reports it; the worker lives on
                 if isinstance(exc, ModelProcessCrashed):
@@ -417,6 +445,14 @@ class ModelWorker:
                 with self._cond:
                     self._running = None
                     self.last_activity = time.monotonic()
+
+
+def _link_cancel(job: GenerationJob, completer: Completer) -> None:
+    """Right before the completer's call for ``job``: a model process (which has ``canceller``) learns of
+    the job's cancel through its shared flag at once, not when it next reports a round."""
+    canceller = getattr(completer, "canceller", None)
+    if canceller is not None:
+        job.when_cancelled(canceller())
 
 
 def _is_user_error(exc: BaseException) -> bool:

@@ -1,0 +1,188 @@
+"""The model process's pipe carries no per-round request: the stop rule goes down as data with the call,
+cancellation through shared memory, and only notices (and the final answer) come up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from codecue.context import ScopeStop, analyze
+from codecue.engine.stops import StopRule
+from codecue.models.config import ModelConfig
+from codecue.server.model_process import CompleterProcess, child_process_factory
+from codecue.server.testing import FORWARD_DELAY_ENV, HANG_FILE_ENV
+from codecue.server.worker import GenerationJob, ModelWorker, load_completer
+
+DOCUMENT = "def add(a, b):\n    \n\ndef sub(a, b):\n    return a - b\n"
+CURSOR = (1, 4)
+TIMEOUT = 120
+
+
+class PipeSpy:
+    """The server's end of the pipe, logging each message's kind: ("down"|"up", kind[, more])."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.log: list[tuple[Any, ...]] = []
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.log.append(("down", message[0]))
+        self._conn.send(message)
+
+    def recv(self) -> tuple[Any, ...]:
+        message = self._conn.recv()
+        self.log.append(("up", message[0], message[2]) if message[0] == "round" else ("up", message[0]))
+        return message
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def call(self, command: str) -> list[tuple[Any, ...]]:
+        """The messages of the first ``command`` call: from after it went down to its answer."""
+        start = self.log.index(("down", command))
+        end = next(i for i in range(start, len(self.log)) if self.log[i][1] in ("done", "error"))
+        return self.log[start + 1 : end + 1]
+
+
+def tiny_choice(tiny_dirs) -> ModelConfig:
+    model = str(tiny_dirs["target"])
+    return ModelConfig(target=model, draft=model, backend="torch", draft_mode="hybrid", dtype="float32", k=3)
+
+
+def cursor_job(choice: ModelConfig, **kwargs: Any) -> GenerationJob:
+    lines = DOCUMENT.split("\n")
+    offset = sum(len(line) + 1 for line in lines[: CURSOR[0]]) + CURSOR[1]
+    prefix, suffix = DOCUMENT[:offset], DOCUMENT[offset:]
+    rule = StopRule.at_cursor(ScopeStop.of(analyze(DOCUMENT, "python", *CURSOR)), prefix, suffix)
+    return GenerationJob(choice, prefix, suffix, stop_rule=rule, language="python", **kwargs)
+
+
+def test_a_generation_in_the_model_process_sends_only_notices_up(tiny_dirs):
+    choice = tiny_choice(tiny_dirs)
+    spies: list[PipeSpy] = []
+
+    def spied(choice: ModelConfig) -> CompleterProcess:
+        process = CompleterProcess(choice)
+        process._conn = spy = PipeSpy(process._conn)
+        spies.append(spy)
+        return process
+
+    results = {}
+    for name, factory in (("in-process", load_completer), ("model process", spied)):
+        worker = ModelWorker(choice, factory, idle_unload_s=None, measure_costs=False)
+        texts: list[str] = []
+        records: list[Any] = []
+        try:
+            job = cursor_job(choice, max_tokens=24, on_text=texts.append, on_round=records.append)
+            results[name] = (worker.submit(job).result(timeout=TIMEOUT), texts, records, job.rounds_started)
+        finally:
+            worker.shutdown(timeout=10)
+
+    result, texts, records, rounds_started = results["model process"]
+    reference, ref_texts, ref_records, ref_rounds_started = results["in-process"]
+    # One code path: the rule becomes the same predicate on either side, and the callbacks see the same.
+    assert (result.text, result.stop_reason, result.stats.rounds) == (
+        reference.text, reference.stop_reason, reference.stats.rounds)
+    assert texts == ref_texts and records == ref_records and rounds_started == ref_rounds_started
+    assert result.stats.rounds > 1 and records
+
+    messages = spies[0].call("complete")
+    kinds = [m[1] for m in messages]
+    assert kinds[-1] == "done" and kinds.count("done") == 1
+    assert all(m[0] == "up" for m in messages)  # nothing goes down while the call runs
+    assert set(kinds[:-1]) <= {"text", "round"}
+    # one notice per round that another round follows, one for a last round's record, at most
+    assert sum(1 for m in messages if m[1] == "round" and m[2]) == result.stats.rounds - 1
+    assert sum(1 for m in messages if m[1] == "round" and not m[2]) <= 1
+    assert kinds.count("text") == len(texts)
+
+
+def test_the_model_process_refuses_a_stop_predicate(tiny_dirs):
+    process = CompleterProcess(tiny_choice(tiny_dirs))
+    try:
+        with pytest.raises(TypeError, match="stop_rule"):
+            process.complete("x = ", "", stop_predicate=lambda text: None)
+        assert process.complete("x = ", "", max_tokens=2, stop_rule=StopRule(blank_line=True)).tokens
+    finally:
+        process.close()
+
+
+@pytest.fixture()
+def hang_file(tmp_path, monkeypatch):
+    """Forward passes in the model process take 20 ms, and block while the returned file exists."""
+    path = tmp_path / "hang"
+    monkeypatch.setenv(FORWARD_DELAY_ENV, "20")
+    monkeypatch.setenv(HANG_FILE_ENV, str(path))
+    return path
+
+
+def wait_for(predicate, timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_cancel_stops_the_model_process_within_one_round(tiny_dirs, hang_file):
+    """The job is cancelled while the child is inside a round (blocked in a forward pass, so every notice
+    before it has arrived): the child finishes that round and starts no other. Only the shared flag
+    can say so in time; the server hears of the round's end only after the child has checked it."""
+    choice = tiny_choice(tiny_dirs)
+    worker = ModelWorker(choice, child_process_factory("codecue.server.testing:load_throttled_completer"),
+                         idle_unload_s=None, measure_costs=False)
+    try:
+        touched: list[str] = []
+
+        def block_once(text: str) -> None:  # the next forward pass blocks
+            if not touched:
+                touched.append(text)
+                hang_file.touch()
+
+        job = GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=400, on_text=block_once)
+        future = worker.submit(job)
+        wait_for(hang_file.exists)
+        time.sleep(1.0)  # the child is blocked now
+        job.cancel()
+        hang_file.unlink()
+        result = future.result(timeout=TIMEOUT)
+    finally:
+        hang_file.unlink(missing_ok=True)
+        worker.shutdown(timeout=10)
+    assert result.stop_reason == "cancelled"
+    assert job.rounds_at_cancel is not None and result.stats.rounds == job.rounds_at_cancel
+    assert job.rounds_after_cancel(result.stats.rounds) == 1
+
+
+def test_warm_ups_and_measurements_in_the_model_process_are_cancelled_through_the_flag(tiny_dirs, hang_file):
+    from codecue.tuning.machine_costs import MeasurementAbandoned
+
+    process = CompleterProcess(tiny_choice(tiny_dirs), "codecue.server.testing:load_throttled_completer")
+    try:
+        prefix = "def add(a, b):\n    return a + b\n" * 40
+        for run, expect in ((lambda: process.warm_context(prefix, ""), int),
+                            (process.measure_costs, MeasurementAbandoned)):
+            outcome: list[Any] = []
+
+            def call(run=run, outcome=outcome) -> None:
+                try:
+                    outcome.append(run())
+                except Exception as exc:  # noqa: BLE001 - checked below
+                    outcome.append(exc)
+
+            hang_file.touch()
+            cancel = process.canceller()
+            thread = threading.Thread(target=call)
+            thread.start()
+            time.sleep(1.0)  # blocked in its first forward pass
+            cancel()
+            hang_file.unlink()
+            thread.join(TIMEOUT)
+            assert len(outcome) == 1 and isinstance(outcome[0], expect)
+            if expect is int:
+                assert 0 < outcome[0] <= 16  # one 16-token step of a prompt of hundreds
+        assert process.count_tokens("x") > 0  # and the process serves on
+    finally:
+        process.close()
