@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from codecue.backends import cuda_available
+from codecue.backends import BACKENDS, cuda_available
 from codecue.bench.peers import PEERS, PeerSetting, peer_name
 from codecue.bench.points import LANGUAGES, Point, builtin_points, load_points_file
 from codecue.bench.report import (
@@ -43,7 +43,7 @@ from codecue.bench.runner import (
 from codecue.completion import Completer
 from codecue.engine.fim import PromptBudget
 from codecue.errors import CodeCueError
-from codecue.models.config import BACKENDS, ModelConfig
+from codecue.models.config import ModelConfig
 from codecue.models.flags import add_model_arguments, config_from_args
 from codecue.models.requantize import AS_IS
 from codecue.models.resolve import resolve_model

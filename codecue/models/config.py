@@ -14,7 +14,6 @@ from codecue.errors import CodeCueError
 if TYPE_CHECKING:
     from codecue.engine.fim import PromptBudget
 
-BACKENDS = ("auto", "torch", "llamacpp", "exllamav2")
 DRAFT_MODES = ("hybrid", "model", "ngram", "none")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 DRAFT_VOCABS = ("code", "full")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from codecue.backends import BACKENDS
 from codecue.backends.cpu_class import CPU_CLASSES
-from codecue.models.config import BACKENDS, DRAFT_MODES, DRAFT_VOCABS, DTYPES, ModelConfig
+from codecue.models.config import DRAFT_MODES, DRAFT_VOCABS, DTYPES, ModelConfig
 
 _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 
