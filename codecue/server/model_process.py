@@ -24,7 +24,7 @@ from codecue.errors import CodeCueError
 if TYPE_CHECKING:
     from codecue.engine.fim import PromptBudget
     from codecue.engine.speculative import GenerationResult
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig, DecodingSettings
     from codecue.tuning.machine_costs import MachineCosts
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def _rebuild_error(module: str, name: str, message: str, fix: str | None) -> Bas
     return RuntimeError(f"{name}: {message}")
 
 
-def _load_factory(ref: str) -> Callable[[ModelConfig], Any]:
+def _load_factory(ref: str) -> Callable[[CompletionConfig], Any]:
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -85,14 +85,15 @@ def _load_factory(ref: str) -> Callable[[ModelConfig], Any]:
 # -- the child ---------------------------------------------------------------------------------------
 
 
-def _child_main(conn: Connection, choice: ModelConfig, loader: str) -> None:
+def _child_main(conn: Connection, choice: CompletionConfig, loader: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when the child stops
     try:
         completer = _load_factory(loader)(choice)
     except BaseException as exc:  # noqa: BLE001 - reported to the server, which reports it to the editor
         conn.send(("error", *_portable_error(exc)))
         return
-    conn.send(("ready", {"runtime": completer.runtime, "budget": completer.budget, "names": completer.names}))
+    conn.send(("ready", {"runtime": completer.runtime, "budget": completer.budget, "names": completer.names,
+                         "decoding": completer.decoding}))
 
     def ask(question: str, *payload: Any) -> Any:
         conn.send((question, *payload))
@@ -112,9 +113,9 @@ def _child_main(conn: Connection, choice: ModelConfig, loader: str) -> None:
                 conn.send(("done", None))
                 continue
             if command == "warm":
-                _, prefix, suffix, extra_context, path = message
+                _, prefix, suffix, extra_context, path, decoding = message
                 conn.send(("done", completer.warm_context(prefix, suffix, extra_context, path=path,
-                                                          cancelled=lambda: ask("cancelled?"))))
+                                                          cancelled=lambda: ask("cancelled?"), decoding=decoding)))
                 continue
             if command == "count":
                 conn.send(("done", completer.count_tokens(message[1])))
@@ -141,7 +142,7 @@ def _child_main(conn: Connection, choice: ModelConfig, loader: str) -> None:
 class CompleterProcess:
     """A completer whose models live in a child process; see the module docstring."""
 
-    def __init__(self, choice: ModelConfig, loader: str = DEFAULT_LOADER) -> None:
+    def __init__(self, choice: CompletionConfig, loader: str = DEFAULT_LOADER) -> None:
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or locks inherited
         self._conn, child_conn = context.Pipe(duplex=True)
         self._process = context.Process(target=_child_main, args=(child_conn, choice, loader),
@@ -156,6 +157,7 @@ class CompleterProcess:
         self.runtime: str = reply[1]["runtime"]
         self.budget: PromptBudget = reply[1]["budget"]
         self.names: tuple[str, str | None] = reply[1]["names"]
+        self.decoding: DecodingSettings = reply[1]["decoding"]
 
     @property
     def pid(self) -> int | None:
@@ -212,8 +214,9 @@ class CompleterProcess:
         self._answer_until_done()
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
-                     path: str | None = None, cancelled: Callable[[], bool] | None = None) -> int:
-        self._conn.send(("warm", prefix, suffix, tuple(extra_context), path))
+                     path: str | None = None, cancelled: Callable[[], bool] | None = None,
+                     decoding: DecodingSettings | None = None) -> int:
+        self._conn.send(("warm", prefix, suffix, tuple(extra_context), path, decoding))
         return self._answer_until_done(cancelled=cancelled or (lambda: False))
 
     def count_tokens(self, text: str) -> int:
@@ -257,11 +260,11 @@ class CompleterProcess:
         self._conn.close()
 
 
-def child_process_factory(loader: str = DEFAULT_LOADER) -> Callable[[ModelConfig], CompleterProcess]:
+def child_process_factory(loader: str = DEFAULT_LOADER) -> Callable[[CompletionConfig], CompleterProcess]:
     """A worker factory that loads each model choice in a child process with ``loader``
     (``"module:function"``, called with the choice in the child)."""
 
-    def factory(choice: ModelConfig) -> CompleterProcess:
+    def factory(choice: CompletionConfig) -> CompleterProcess:
         return CompleterProcess(choice, loader)
 
     return factory
