@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from codecue.backends import CachedSequence, create_backend
+from codecue.backends import CachedSequence, choose_backend, create_backend
 from codecue.backends.base import Backend, GPUOutOfMemory, common_prefix_length
-from codecue.engine.fim import PromptBudget, build_fim_prompt, prompt_within, uncached_tokens
+from codecue.engine.code_vocab import code_token_ids
+from codecue.engine.fim import PromptBudget, build_fim_prompt, prompt_budget, prompt_within, uncached_tokens
 from codecue.engine.proposers import (
     DraftModelProposer,
     HybridProposer,
@@ -29,10 +30,12 @@ from codecue.engine.sampling import Sampling
 from codecue.engine.speculative import GenerationParams, GenerationResult, generate
 from codecue.engine.stops import StopRule, predicate_for
 from codecue.errors import CodeCueError, ModelError
-from codecue.models.config import DRAFT_MODES, ModelConfig
+from codecue.models.config import DRAFT_MODES, MODEL_DRAFT_MODES, CompletionConfig, DecodingSettings
+from codecue.models.resolve import resolve_config
 from codecue.models.tokenizer import load_tokenizer
 from codecue.tuning.machine_costs import MachineCosts
 from codecue.tuning.policy import KPolicy
+from codecue.tuning.serving import LoadSpec, plan_load
 
 log = logging.getLogger(__name__)
 
@@ -70,35 +73,36 @@ def check_same_tokenizer(target: Any, draft: Any) -> None:
         )
 
 
-def _apply_plan(config: ModelConfig, target_src: Any) -> ModelConfig:
-    """``--backend auto`` for a GGUF target on a CPU: the runtime plan's choice for this machine."""
-    from codecue.backends import cuda_available
-    from codecue.models.requantize import AS_IS
-    from codecue.models.resolve import resolve_model
-    from codecue.tuning.plan import make_plan
+def load_backends(spec: LoadSpec) -> tuple[Any, Backend, Backend | None]:
+    """The tokenizer, the target and the draft (None without one) that ``spec`` names, loaded."""
+    if spec.draft is not None:
+        check_same_tokenizer(spec.target, spec.draft)
+    tokenizer = load_tokenizer(spec.target)
+    if (spec.draft is not None and choose_backend(spec.target, spec.backend) == "exllamav2"
+            and choose_backend(spec.draft, spec.draft_backend) == "exllamav2"):
+        # Both on the GPU: plan VRAM for both models and caches first; a draft that does not fit is
+        # dropped (target-only, said once) rather than failing the load.
+        from codecue.backends.exllamav2 import load_pair
 
-    if target_src.kind != "gguf" or cuda_available():
-        return config
-    draft_src = resolve_model(config.draft, "draft") if config.draft_mode in ("hybrid", "model") else None
-    if draft_src is not None and draft_src.kind != "gguf":
-        return config
-    plan = make_plan(str(target_src.path), str(draft_src.path) if draft_src else None)
-    chosen = plan.chosen
-    log.info("runtime plan: %s (%s)", chosen.label, plan.reason)
-    mode = "none" if not chosen.speculative else config.draft_mode if chosen.loads_draft else chosen.draft_mode
-    target, draft = chosen.files(target_src.path, draft_src.path if draft_src else None)
-    return replace(config, target=target if chosen.layout != AS_IS else config.target,
-                   draft=draft if chosen.draft_layout != AS_IS else config.draft, backend=chosen.backend,
-                   draft_backend=chosen.draft_backend, draft_mode=mode, k=0 if mode == "none" else config.k)
+        target, draft, _vram = load_pair(spec.target.path, spec.draft.path, spec.n_ctx)
+        return tokenizer, target, draft
+    target = create_backend(spec.target, spec.backend, dtype=spec.dtype, device=spec.device, n_ctx=spec.n_ctx)
+    draft = None
+    if spec.draft is not None:
+        draft = create_backend(spec.draft, spec.draft_backend, dtype=spec.draft_dtype, device=spec.device,
+                               n_ctx=spec.n_ctx)
+    return tokenizer, target, draft
 
 
 class Completer:
     """Holds the models and their caches; one completion at a time (``lock``)."""
 
-    def __init__(self, tokenizer, target: Backend, draft: Backend | None, config: ModelConfig | None = None,
-                 names: tuple[str, str | None] = ("target", "draft")) -> None:
-        self.config = config or ModelConfig()
-        self.config.validate()
+    def __init__(self, tokenizer, target: Backend, draft: Backend | None, decoding: DecodingSettings | None = None,
+                 names: tuple[str, str | None] = ("target", "draft"), *, target_only: bool = False) -> None:
+        """``decoding``: what a request decodes with unless it brings its own settings; ``target_only``: every
+        request decodes with the target alone (the runtime plan chose a target-only configuration)."""
+        self.target_only = target_only
+        self.decoding = self._within_load(decoding or DecodingSettings())
         self.tokenizer = tokenizer
         if draft is not None and draft.vocab_size != target.vocab_size:
             raise ModelError(
@@ -113,14 +117,24 @@ class Completer:
         self.draft = CachedSequence(draft) if draft is not None else None
         self.eos_ids = special_token_ids(tokenizer)
         self.draft_vocab_map = None
-        if draft is not None and self.config.draft_vocab == "code" and draft.can_restrict_vocab:
-            from codecue.engine.code_vocab import code_token_ids
-
+        # A load-time setting: the draft's head is restricted once, here (DecodingSettings).
+        if draft is not None and self.decoding.draft_vocab == "code" and draft.can_restrict_vocab:
             self.draft_vocab_map = code_token_ids(tokenizer, self.eos_ids)
             draft.restrict_vocab(self.draft_vocab_map.tolist())
         self.lock = threading.Lock()
         self.names = names
         self.prefill_ms_per_token: float | None = None  # seen on this machine's prompts (build_prompt)
+
+    def _within_load(self, decoding: DecodingSettings) -> DecodingSettings:
+        """``decoding``, checked, within what was loaded: no drafting where the plan chose target-only."""
+        decoding.validate()
+        if self.target_only and decoding.draft_mode != "none":
+            return replace(decoding, draft_mode="none", k=0)
+        return decoding
+
+    def _settings(self, decoding: DecodingSettings | None) -> DecodingSettings:
+        """A request's settings: its own (within what was loaded), else the completer's."""
+        return self.decoding if decoding is None else self._within_load(decoding)
 
     @property
     def runtime(self) -> str:
@@ -132,63 +146,46 @@ class Completer:
         return name
 
     @classmethod
-    def load(cls, config: ModelConfig | None = None) -> Completer:
-        from codecue.models.resolve import resolve_model
+    def load(cls, config: CompletionConfig | None = None) -> Completer:
+        """Load what ``config`` asks for, each step once: resolve the models, plan what serves them here,
+        load that, build the completer."""
+        config = config or CompletionConfig()
+        config.decoding.validate()
+        resolved = resolve_config(config)
+        return cls.from_spec(plan_load(resolved), config.decoding)
 
-        config = config or ModelConfig()
-        config.validate()
-        target_src = resolve_model(config.target, "target")
-        if config.backend == "auto" and config.draft_backend is None:
-            planned = _apply_plan(config, target_src)
-            if planned.target != config.target:  # the plan serves a layout made here
-                target_src = resolve_model(planned.target, "target")
-            config = planned
-        need_draft = config.draft_mode in ("hybrid", "model")
-        draft_src = resolve_model(config.draft, "draft") if need_draft else None
-        if draft_src is not None:
-            check_same_tokenizer(target_src, draft_src)
-        tokenizer = load_tokenizer(target_src)
-        draft = None
-        from codecue.backends import choose_backend
-
-        if (draft_src is not None and choose_backend(target_src, config.backend) == "exllamav2"
-                and choose_backend(draft_src, config.draft_backend or config.backend) == "exllamav2"):
-            # Both on the GPU: plan VRAM for both models and caches first; a draft that does not fit
-            # is dropped (target-only, said once) rather than failing the load.
-            from codecue.backends.exllamav2 import load_pair
-
-            target, draft, _plan = load_pair(target_src.path, draft_src.path, config.n_ctx)
-            draft_src = draft_src if draft is not None else None
-        else:
-            target = create_backend(target_src, config.backend, dtype=config.dtype, device=config.device,
-                                    n_ctx=config.n_ctx)
-        if draft_src is not None and draft is None:
-            draft = create_backend(draft_src, config.draft_backend or config.backend,
-                                   dtype=config.draft_dtype or ("auto" if config.dtype == "int8" else config.dtype),
-                                   device=config.device, n_ctx=config.n_ctx)
-        return cls(tokenizer, target, draft, config, names=(str(target_src.path),
-                                                            str(draft_src.path) if draft_src else None))
+    @classmethod
+    def from_spec(cls, spec: LoadSpec, decoding: DecodingSettings) -> Completer:
+        """Load exactly ``spec`` and decode with ``decoding`` by default."""
+        tokenizer, target, draft = load_backends(spec)
+        names = (spec.names[0], spec.names[1] if draft is not None else None)
+        return cls(tokenizer, target, draft, decoding, names=names, target_only=spec.target_only)
 
     # -- prompts -------------------------------------------------------------------------------------
     def build_prompt(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
-                     path: str | None = None, full: bool = False) -> list[int]:
-        """The FIM prompt for this cursor: unless ``full``, within :meth:`fresh_token_limit` new tokens
-        where the cache does not hold this place (:func:`~codecue.engine.fim.prompt_within`)."""
-        def build(budget: PromptBudget) -> list[int]:
-            return build_fim_prompt(self.tokenizer, prefix, suffix, budget, extra_context, path=path)
+                     path: str | None = None, full: bool = False, budget: PromptBudget | None = None) -> list[int]:
+        """The FIM prompt for this cursor within ``budget`` (None: the completer's): unless ``full``, within
+        :meth:`fresh_token_limit` new tokens where the cache does not hold this place
+        (:func:`~codecue.engine.fim.prompt_within`)."""
+        budget = budget or self.budget
 
-        return prompt_within(build, self.budget, self.target.tokens, None if full else self.fresh_token_limit())
+        def build(within: PromptBudget) -> list[int]:
+            return build_fim_prompt(self.tokenizer, prefix, suffix, within, extra_context, path=path)
+
+        return prompt_within(build, budget, self.target.tokens, None if full else self.fresh_token_limit(budget))
 
     def uncached(self, prompt: Sequence[int]) -> int:
         """How many tokens of ``prompt`` the target would evaluate (its KV cache holds the rest)."""
         return uncached_tokens(self.target.tokens, prompt)
 
-    def fresh_token_limit(self) -> int | None:
-        """Prompt tokens this machine evaluates within the budget's ``first_text_ms``, from the prefill
-        speed seen on its own prompts; None before one was seen, or without a limit."""
-        if not self.budget.first_text_ms or self.prefill_ms_per_token is None:
+    def fresh_token_limit(self, budget: PromptBudget | None = None) -> int | None:
+        """Prompt tokens this machine evaluates within the ``first_text_ms`` of ``budget`` (None: the
+        completer's), from the prefill speed seen on its own prompts; None before one was seen, or without
+        a limit."""
+        first_text_ms = (budget or self.budget).first_text_ms
+        if not first_text_ms or self.prefill_ms_per_token is None:
             return None
-        return max(32, int(self.budget.first_text_ms / self.prefill_ms_per_token))
+        return max(32, int(first_text_ms / self.prefill_ms_per_token))
 
     def _note_prefill(self, tokens: int, ms: float, at_least: int = 64) -> None:
         """Follow the prefill speed (a moving average: machines drift) from a prefill of ``tokens`` that
@@ -206,8 +203,10 @@ class Completer:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     # -- proposers -----------------------------------------------------------------------------------
-    def make_proposer(self, mode: str, sampling: Sampling,
-                      extra_tokens: Sequence[Sequence[int]] = ()) -> Proposer | None:
+    def make_proposer(self, mode: str, sampling: Sampling, extra_tokens: Sequence[Sequence[int]] = (),
+                      min_confidence: float | None = None) -> Proposer | None:
+        """The proposer for ``mode``; a draft model stops drafting below ``min_confidence`` (None: the
+        completer's setting)."""
         if mode not in DRAFT_MODES:
             raise CodeCueError(f"unknown draft mode {mode!r}", f"choose one of {', '.join(DRAFT_MODES)}")
         if mode == "none":
@@ -217,7 +216,9 @@ class Completer:
             return ngram  # hybrid without a draft model (dropped for lack of memory) is n-gram lookup
         if self.draft is None:
             raise CodeCueError("no draft model is loaded", "load one with --draft, or use --draft-mode ngram")
-        model = DraftModelProposer(self.draft, sampling, self.config.min_confidence, self.draft_vocab_map)
+        if min_confidence is None:
+            min_confidence = self.decoding.min_confidence
+        model = DraftModelProposer(self.draft, sampling, min_confidence, self.draft_vocab_map)
         return model if mode == "model" else HybridProposer(ngram, model)
 
     # -- generation ----------------------------------------------------------------------------------
@@ -248,19 +249,22 @@ class Completer:
         on_round: Callable[[RoundRecord], None] | None = None,
         extra_tokens: Sequence[Sequence[int]] = (),
         k_max: int | None = None,
+        decoding: DecodingSettings | None = None,
     ) -> GenerationResult:
-        """``k``: the first round's draft depth (None: the configuration's fixed K, else 0; the depth of a
-        request is the K authority's to decide, :meth:`k_authority`); it grows within the generation while
-        drafts are accepted, up to ``k_max`` (None: ``k``, a fixed depth). ``stop_rule`` (what the server
-        and ``codecue complete`` pass, in this process or the model process) becomes the stop predicate
-        here; a ``stop_predicate`` given too cuts where it cuts first."""
+        """``k``: the first round's draft depth (None: the settings' fixed K, else 0; the depth of a request
+        is the K authority's to decide, :meth:`k_authority`); it grows within the generation while drafts
+        are accepted, up to ``k_max`` (None: ``k``, a fixed depth). ``decoding``: this request's settings
+        (None: the completer's); ``k`` and ``draft_mode`` given here take precedence over them.
+        ``stop_rule`` (what the server and ``codecue complete`` pass, in this process or the model process)
+        becomes the stop predicate here; a ``stop_predicate`` given too cuts where it cuts first."""
         stop_predicate = predicate_for(stop_rule, stop_predicate)
-        k = (self.config.k or 0) if k is None else k
+        settings = self._settings(decoding)
+        k = (settings.k or 0) if k is None else k
         k_max = k if k_max is None else k_max
-        mode = draft_mode or self.config.draft_mode
+        mode = draft_mode or settings.draft_mode
         if k == 0:
             mode = "none"
-        elif mode in ("hybrid", "model") and self.draft_lags(prompt):
+        elif mode in MODEL_DRAFT_MODES and self.draft_lags(prompt):
             mode = "ngram"
         if temperature > 0 and seed is None:
             seed = torch.seed()  # one seed for the verification and the draft streams
@@ -268,7 +272,7 @@ class Completer:
         params = GenerationParams(max_new_tokens=max_tokens, k=k, sampling=sampling, stop_strings=tuple(stop_strings),
                                   k_max=k_max)
         with self.lock:
-            proposer = self.make_proposer(mode, sampling, extra_tokens)
+            proposer = self.make_proposer(mode, sampling, extra_tokens, settings.min_confidence)
             run = lambda proposer: generate(  # noqa: E731
                 self.target, proposer, prompt, params, decode=self.decode, eos_ids=self.eos_ids, on_text=on_text,
                 stop_predicate=stop_predicate, cancelled=cancelled, on_round=on_round)
@@ -290,16 +294,18 @@ class Completer:
                 return result
 
     def complete(self, prefix: str, suffix: str = "", *, extra_context: Sequence[tuple[str, str]] = (),
-                 path: str | None = None, **kwargs: Any) -> GenerationResult:
-        prompt = self.build_prompt(prefix, suffix, extra_context, path=path)
-        return self.generate_ids(prompt, **kwargs)
+                 path: str | None = None, decoding: DecodingSettings | None = None,
+                 **kwargs: Any) -> GenerationResult:
+        """Complete at the cursor between ``prefix`` and ``suffix`` with ``decoding`` (None: the
+        completer's settings); ``kwargs`` as :meth:`generate_ids`."""
+        settings = self._settings(decoding)
+        prompt = self.build_prompt(prefix, suffix, extra_context, path=path, budget=prompt_budget(settings))
+        return self.generate_ids(prompt, decoding=settings, **kwargs)
 
     @property
     def budget(self) -> PromptBudget:
-        budget = self.config.budget or PromptBudget()
-        if self.config.first_text_ms >= 0:
-            budget = replace(budget, first_text_ms=self.config.first_text_ms)
-        return budget
+        """The prompt budget of the completer's own decoding settings."""
+        return prompt_budget(self.decoding)
 
     def close(self) -> None:
         """Free both models now (a backend that holds native memory frees it in ``close``)."""
@@ -348,9 +354,13 @@ class Completer:
         return fed
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
-                     path: str | None = None, cancelled: Callable[[], bool] | None = None) -> int:
-        """:meth:`warm` for the prompt of this cursor position."""
-        return self.warm(self.build_prompt(prefix, suffix, extra_context, path=path, full=True), cancelled)
+                     path: str | None = None, cancelled: Callable[[], bool] | None = None,
+                     decoding: DecodingSettings | None = None) -> int:
+        """:meth:`warm` for the full prompt of this cursor position under ``decoding`` (None: the
+        completer's settings)."""
+        budget = prompt_budget(self._settings(decoding))
+        return self.warm(self.build_prompt(prefix, suffix, extra_context, path=path, full=True, budget=budget),
+                         cancelled)
 
     def reset_caches(self) -> None:
         with self.lock:

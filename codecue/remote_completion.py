@@ -21,15 +21,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from codecue.backends.remote import RemoteClient, RemoteError, RemoteSettings
-from codecue.engine.fim import FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, PromptBudget, build_fim_text
+from codecue.engine.fim import (
+    FILE_SEP,
+    FIM_MIDDLE,
+    FIM_PREFIX,
+    FIM_SUFFIX,
+    PromptBudget,
+    build_fim_text,
+    prompt_budget,
+)
 from codecue.engine.speculative import GenerationResult, GenerationStats
 from codecue.engine.stops import StopRule, predicate_for
 from codecue.engine.streaming import TextStream
 from codecue.errors import CodeCueError
+from codecue.models.config import DecodingSettings
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +46,6 @@ log = logging.getLogger(__name__)
 FIM_STOPS = ("<|endoftext|>", FILE_SEP, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE, "<|fim_pad|>", "<|repo_name|>")
 
 LocalFactory = Callable[[], Any]  # -> a local Completer
-
-
-@dataclass
-class RemoteConfig:
-    """What the worker and the benchmark read from a completer's ``config``."""
-
-    budget: PromptBudget = field(default_factory=PromptBudget)
-    k: int = 0  # no client-side speculation
-    draft_mode: str = "none"
 
 
 def request_body(settings: RemoteSettings, prompt: str, *, max_tokens: int, temperature: float, top_p: float = 1.0,
@@ -75,7 +74,8 @@ class RemoteCompleter:
                  local_factory: LocalFactory | None = None, client: RemoteClient | None = None) -> None:
         self.settings = settings
         self.tokenizer = tokenizer
-        self.config = RemoteConfig(budget=budget or PromptBudget())
+        # No drafting here: the server speculates on its own. The budget fits the prompt the server gets.
+        self.decoding = DecodingSettings(draft_mode="none", k=0, budget=budget or PromptBudget())
         self.client = client or RemoteClient(settings)
         self.local_factory = local_factory if settings.fallback == "local" else None
         self._local: Any = None
@@ -101,16 +101,20 @@ class RemoteCompleter:
 
     # -- prompts -------------------------------------------------------------------------------------
     def build_prompt_text(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (),
-                          path: str | None = None) -> str:
-        return build_fim_text(self.tokenizer, prefix, suffix, self.config.budget, extra_context, path=path)
+                          path: str | None = None, budget: PromptBudget | None = None) -> str:
+        """The FIM prompt as text, within ``budget`` (None: the completer's)."""
+        return build_fim_text(self.tokenizer, prefix, suffix, budget or self.budget, extra_context, path=path)
 
     # -- completion ----------------------------------------------------------------------------------
     def complete(self, prefix: str, suffix: str = "", *, extra_context: Sequence[tuple[str, str]] = (),
                  **kwargs: Any) -> GenerationResult:
-        """As :meth:`Completer.complete`; K arguments are used only by a local fallback."""
+        """As :meth:`Completer.complete`; K arguments, and the decoding settings other than the prompt
+        budget, are used only by a local fallback."""
         if self.local_factory is not None and time.monotonic() < self._local_until:
             return self._local_completer().complete(prefix, suffix, extra_context=extra_context, **kwargs)
-        prompt = self.build_prompt_text(prefix, suffix, extra_context, path=kwargs.get("path"))
+        decoding = kwargs.get("decoding")
+        prompt = self.build_prompt_text(prefix, suffix, extra_context, path=kwargs.get("path"),
+                                        budget=prompt_budget(decoding) if decoding is not None else None)
         on_text = kwargs.get("on_text")
         shown = {"text": ""}
 
@@ -155,7 +159,7 @@ class RemoteCompleter:
         stop_rule: StopRule | None = None,
         on_text: Callable[[str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
-        **_local_only: Any,  # k, draft_mode, on_round: the server speculates on its own
+        **_local_only: Any,  # k, draft_mode, on_round, decoding: the server speculates on its own
     ) -> GenerationResult:
         """Stream one completion of ``prompt`` (text) from the server."""
         stop_predicate = predicate_for(stop_rule, stop_predicate)
@@ -207,14 +211,14 @@ class RemoteCompleter:
 
     @property
     def budget(self) -> PromptBudget:
-        return self.config.budget
+        return prompt_budget(self.decoding)
 
     @property
     def names(self) -> tuple[str, str | None]:
         return (self.settings.url, None)
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
-                     path: str | None = None, cancelled: Any = None) -> int:
+                     path: str | None = None, cancelled: Any = None, decoding: Any = None) -> int:
         """Nothing to warm here: the server keeps its own prefix cache."""
         return 0
 

@@ -204,11 +204,11 @@ def step_costs(target: Any, draft: Any, prompt_tokens: int, reps: int) -> dict[s
     """ms for: prefill per token, one target step, one draft step, verification of K+1 tokens; measured
     by the tuner's own cost measurement (what the server does in idle time), on these backends."""
     from codecue.completion import Completer
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import DecodingSettings
     from codecue.testing import build_tokenizer
     from codecue.tuning.machine_costs import measure_machine_costs, probe_text
 
-    completer = Completer(build_tokenizer(), target, draft, ModelConfig(draft_vocab="full"))
+    completer = Completer(build_tokenizer(), target, draft, DecodingSettings(draft_vocab="full"))
     measured = measure_machine_costs(completer, probe_text(), k_max=max(VERIFY_KS), repeats=reps,
                                      prefill_tokens=min(128, prompt_tokens), min_context=prompt_tokens)
     assert measured.costs is not None  # measured with a draft

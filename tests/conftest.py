@@ -41,17 +41,17 @@ def tiny_tokenizer(tiny_dirs):
 
 @pytest.fixture()
 def make_completer(tiny_dirs, tiny_tokenizer):
-    """make_completer(draft="target"|"unrelated"|None, **config) -> Completer on tiny fp32 models."""
+    """make_completer(draft="target"|"unrelated"|None, **decoding) -> Completer on tiny fp32 models."""
     from codecue.backends.torch_backend import TorchBackend
     from codecue.completion import Completer
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import DecodingSettings
 
     def make(draft: str | None = "target", **config):
         target = TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32")
         d = TorchBackend.from_pretrained(tiny_dirs[draft], dtype="float32") if draft else None
         config.setdefault("min_confidence", 0.0)
         config.setdefault("draft_vocab", "full")  # tiny random models emit non-ASCII bytes
-        return Completer(tiny_tokenizer, target, d, ModelConfig(**config))
+        return Completer(tiny_tokenizer, target, d, DecodingSettings(**config))
 
     return make
 

@@ -7,7 +7,7 @@ import pytest
 from codecue.cli import SUBCOMMANDS, build_parser
 from codecue.commands.common import given_model_values
 from codecue.commands.serve import daemon_flags, model_config
-from codecue.models.config import ModelConfig
+from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 
 
 def _parse(*argv: str):
@@ -28,8 +28,9 @@ def test_every_model_command_takes_the_same_model_flags(command):
     from codecue.commands.common import config_from_args
 
     config = config_from_args(args)
-    assert (config.target, config.draft, config.backend, config.draft_backend, config.dtype, config.draft_mode,
-            config.min_confidence, config.draft_vocab) == (
+    models, decoding = config.models, config.decoding
+    assert (models.target, models.draft, models.backend, models.draft_backend, models.dtype, decoding.draft_mode,
+            decoding.min_confidence, decoding.draft_vocab) == (
         "t.gguf", "d.gguf", "torch", "llamacpp", "bfloat16", "model", 0.25, "full")
 
 
@@ -39,20 +40,20 @@ def test_serve_takes_draft_backend_and_passes_it_to_the_models(make_completer):
     from codecue.server.worker import GenerationJob, ModelWorker
 
     args = _parse("serve", "--in-process", "--backend", "torch", "--draft-backend", "llamacpp", "--no-remote")
-    loaded: list[ModelConfig] = []
+    loaded: list[CompletionConfig] = []
     completer = make_completer()
 
-    def factory(config: ModelConfig):
+    def factory(config: CompletionConfig):
         loaded.append(config)
         return completer
 
     worker = ModelWorker(model_config(args), factory, idle_unload_s=None)
     try:
-        result = worker.submit(GenerationJob(worker.default_model, "def add(a, b):\n    ", "\n", max_tokens=2))
+        result = worker.submit(GenerationJob(worker.default_config, "def add(a, b):\n    ", "\n", max_tokens=2))
         assert result.result(timeout=60) is not None
     finally:
         worker.shutdown()
-    assert [(c.backend, c.draft_backend) for c in loaded] == [("torch", "llamacpp")]
+    assert [(c.models.backend, c.models.draft_backend) for c in loaded] == [("torch", "llamacpp")]
 
     # Through the daemon: the flags it is started with parse back to the same configuration ...
     started = _parse("daemon", "start", *daemon_flags(args))
@@ -60,20 +61,22 @@ def test_serve_takes_draft_backend_and_passes_it_to_the_models(make_completer):
     # ... and a daemon started with other defaults applies the session's hello.
     hello = given_model_values(args)
     assert hello["draftBackend"] == "llamacpp"
-    assert ModelConfig(backend="llamacpp").with_wire_values(hello).draft_backend == "llamacpp"
+    assert CompletionConfig(ModelChoice(backend="llamacpp")).with_wire_values(hello).models.draft_backend == "llamacpp"
 
 
 def test_serve_without_model_flags_leaves_the_daemon_its_defaults():
     args = _parse("serve")
     assert given_model_values(args) == {} and daemon_flags(args) == []
-    daemon_default = ModelConfig(target="mine.gguf", backend="llamacpp", draft_mode="ngram")
+    daemon_default = CompletionConfig(ModelChoice(target="mine.gguf", backend="llamacpp"),
+                                      DecodingSettings(draft_mode="ngram"))
     assert daemon_default.with_wire_values(given_model_values(args)) == daemon_default
 
 
 def test_hello_values_of_the_wrong_type_are_ignored():
-    base = ModelConfig(k=3, dtype="float32")
+    base = CompletionConfig(ModelChoice(dtype="float32"), DecodingSettings(k=3))
     got = base.with_wire_values({"k": "7", "dtype": 5, "minConfidence": True, "backend": "remote", "remote": ""})
-    assert (got.k, got.dtype, got.min_confidence, got.backend, got.remote) == (3, "float32", 0.4, "auto", None)
+    assert (got.decoding.k, got.models.dtype, got.decoding.min_confidence, got.models.backend,
+            got.models.remote) == (3, "float32", 0.4, "auto", None)
 
 
 def test_every_subcommand_is_wired():

@@ -22,10 +22,10 @@ def reference(tiny_dirs, tiny_tokenizer):
     """Target-only greedy tokens, computed one token per forward pass."""
     from codecue.backends.torch_backend import TorchBackend
     from codecue.completion import Completer
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import DecodingSettings
 
     c = Completer(tiny_tokenizer, TorchBackend.from_pretrained(tiny_dirs["target"], dtype="float32"), None,
-                  ModelConfig(draft_mode="none"))
+                  DecodingSettings(draft_mode="none"))
     prompt = c.build_prompt(PREFIX, SUFFIX)
     result = c.generate_ids(prompt, max_tokens=48, k=0)
     assert result.stats.rounds == len(result.tokens)  # really one token per round

@@ -18,7 +18,7 @@ import pytest
 
 from codecue.cli import main
 from codecue.context import analyze
-from codecue.models.config import ModelConfig
+from codecue.models.config import CompletionConfig, ModelChoice
 from codecue.tuning import CostModel, default_profile
 from codecue.tuning.machine_costs import MachineCosts, store_machine_costs
 
@@ -68,14 +68,15 @@ def test_the_server_worker_asks_the_authority_from_the_first_request_on(costs, e
 
     completer = make_completer(draft="target")
     record(costs, completer.runtime, *completer.names)
-    worker = ModelWorker(ModelConfig("t"), lambda choice: completer, idle_unload_s=None, measure_costs=False)
+    worker = ModelWorker(CompletionConfig(ModelChoice("t")), lambda choice: completer, idle_unload_s=None,
+                         measure_costs=False)
     language, context_class = cursor_class()
     prefix = "\n".join(SOURCE.split("\n")[:5]) + "\n        return han"
     try:
         ks = []
         for _ in range(3):  # the first request loads the models; the later ones find them loaded
-            job = GenerationJob(ModelConfig("t"), prefix, "\n", language=language, context_class=context_class,
-                                max_tokens=6)
+            job = GenerationJob(CompletionConfig(ModelChoice("t")), prefix, "\n", language=language,
+                                context_class=context_class, max_tokens=6)
             result = worker.submit(job).result(timeout=120)
             assert result is not None
             ks.append((result.stats.k, result.stats.drafted))

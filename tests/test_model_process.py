@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from codecue.models.config import ModelConfig
+from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.server.model_process import ModelProcessCrashed, child_process_factory
 from codecue.server.testing import SEGFAULT_MARKER_ENV
 from codecue.server.worker import GenerationJob, ModelWorker
@@ -20,8 +20,8 @@ MARKER = "CRASH_THE_MODEL_PROCESS"
 @pytest.fixture()
 def segfaulting_worker(tiny_dirs, monkeypatch):
     monkeypatch.setenv(SEGFAULT_MARKER_ENV, MARKER)
-    choice = ModelConfig(target=str(tiny_dirs["target"]), draft=str(tiny_dirs["target"]), backend="torch",
-                         draft_mode="hybrid", dtype="float32")
+    choice = CompletionConfig(ModelChoice(target=str(tiny_dirs["target"]), draft=str(tiny_dirs["target"]),
+                                          backend="torch", dtype="float32"), DecodingSettings(draft_mode="hybrid"))
     worker = ModelWorker(choice, child_process_factory("codecue.server.testing:load_segfaulting_completer"),
                          idle_unload_s=None)
     yield worker, choice

@@ -11,7 +11,7 @@ import pytest
 
 from codecue.context import ScopeStop, analyze
 from codecue.engine.stops import StopRule
-from codecue.models.config import ModelConfig
+from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.server.model_process import CompleterProcess, child_process_factory
 from codecue.server.testing import FORWARD_DELAY_ENV, HANG_FILE_ENV
 from codecue.server.worker import GenerationJob, ModelWorker, load_completer
@@ -47,12 +47,13 @@ class PipeSpy:
         return self.log[start + 1 : end + 1]
 
 
-def tiny_choice(tiny_dirs) -> ModelConfig:
+def tiny_choice(tiny_dirs) -> CompletionConfig:
     model = str(tiny_dirs["target"])
-    return ModelConfig(target=model, draft=model, backend="torch", draft_mode="hybrid", dtype="float32", k=3)
+    return CompletionConfig(ModelChoice(target=model, draft=model, backend="torch", dtype="float32"),
+                            DecodingSettings(draft_mode="hybrid", k=3))
 
 
-def cursor_job(choice: ModelConfig, **kwargs: Any) -> GenerationJob:
+def cursor_job(choice: CompletionConfig, **kwargs: Any) -> GenerationJob:
     lines = DOCUMENT.split("\n")
     offset = sum(len(line) + 1 for line in lines[: CURSOR[0]]) + CURSOR[1]
     prefix, suffix = DOCUMENT[:offset], DOCUMENT[offset:]
@@ -64,7 +65,7 @@ def test_a_generation_in_the_model_process_sends_only_notices_up(tiny_dirs):
     choice = tiny_choice(tiny_dirs)
     spies: list[PipeSpy] = []
 
-    def spied(choice: ModelConfig) -> CompleterProcess:
+    def spied(choice: CompletionConfig) -> CompleterProcess:
         process = CompleterProcess(choice)
         process._conn = spy = PipeSpy(process._conn)
         spies.append(spy)

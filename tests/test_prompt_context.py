@@ -224,7 +224,7 @@ class SlowCompleter:
     def build_prompt(self, prefix, suffix, extra_context=(), *, path=None):
         return [1, 2, 3]
 
-    def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None):
+    def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None, decoding=None):
         self.started.append("warm")
         self.running.set()
         deadline = time.monotonic() + 10
@@ -234,17 +234,18 @@ class SlowCompleter:
 
 
 def test_a_real_request_cancels_the_prefetch_running_ahead_of_it():
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server.worker import GenerationJob, ModelWorker
 
     completer = SlowCompleter()
-    worker = ModelWorker(ModelConfig(target="t"), lambda choice: completer, idle_unload_s=None)
+    config = CompletionConfig(ModelChoice("t"))
+    worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None)
     try:
-        ahead = GenerationJob(ModelConfig(target="t"), "slow prefetch", "", background=True)
+        ahead = GenerationJob(config, "slow prefetch", "", background=True)
         ahead_future = worker.submit(ahead)
         assert completer.running.wait(10)
         started = time.monotonic()
-        real = worker.submit(GenerationJob(ModelConfig(target="t"), "real request", ""))
+        real = worker.submit(GenerationJob(config, "real request", ""))
         assert real.result(timeout=10).text == "done"
         assert time.monotonic() - started < 5  # it did not wait for the prefetch's 10 s
         assert ahead.is_cancelled and ahead_future.result(timeout=10).stop_reason == "cancelled"
@@ -253,17 +254,18 @@ def test_a_real_request_cancels_the_prefetch_running_ahead_of_it():
 
 
 def test_queued_work_ahead_is_dropped_for_a_real_request_and_warming_is_cancelled():
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server.worker import GenerationJob, ModelWorker
 
     completer = SlowCompleter()
-    worker = ModelWorker(ModelConfig(target="t"), lambda choice: completer, idle_unload_s=None)
+    config = CompletionConfig(ModelChoice("t"))
+    worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None)
     try:
-        warm = worker.submit(GenerationJob(ModelConfig(target="t"), "w", "", background=True, warm_only=True))
+        warm = worker.submit(GenerationJob(config, "w", "", background=True, warm_only=True))
         assert completer.running.wait(10)
-        queued = GenerationJob(ModelConfig(target="t"), "slow queued prefetch", "", background=True)
+        queued = GenerationJob(config, "slow queued prefetch", "", background=True)
         queued_future = worker.submit(queued)
-        real = worker.submit(GenerationJob(ModelConfig(target="t"), "real", ""))
+        real = worker.submit(GenerationJob(config, "real", ""))
         assert real.result(timeout=10).text == "done"
         assert warm.result(timeout=10) is None and queued_future.result(timeout=1) is None
         assert completer.started == ["warm", "real"]  # the queued prefetch never ran
@@ -307,8 +309,8 @@ def test_warm_fills_the_draft_cache_too_and_a_draft_left_behind_drafts_by_ngram_
 
 # -- a place the cache does not hold -------------------------------------------------------------
 def _fast_first_text(make_completer, prefill_ms: float | None = 6.0):
-    completer = make_completer(draft=None, draft_mode="none")
-    completer.config.budget = PromptBudget(total=900, suffix=64, extra=0, first_text_ms=600)
+    completer = make_completer(draft=None, draft_mode="none",
+                               budget=PromptBudget(total=900, suffix=64, extra=0, first_text_ms=600))
     completer.prefill_ms_per_token = prefill_ms  # 600 ms / 6 ms: 100 new tokens at most
     return completer
 
@@ -350,21 +352,22 @@ def test_no_limit_before_the_prefill_speed_is_known_and_it_is_learned(make_compl
 
 
 def test_the_worker_warms_the_full_prompt_when_idle_and_a_request_cancels_it(monkeypatch):
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server import worker as worker_module
     from codecue.server.worker import GenerationJob, ModelWorker
 
     monkeypatch.setattr(worker_module, "REFINE_AFTER_S", 0.2)
     completer = SlowCompleter()
-    worker = ModelWorker(ModelConfig(target="t"), lambda choice: completer, idle_unload_s=None)
+    config = CompletionConfig(ModelChoice("t"))
+    worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None)
     try:
-        assert worker.submit(GenerationJob(ModelConfig(target="t"), "first place", "")).result(timeout=10)
+        assert worker.submit(GenerationJob(config, "first place", "")).result(timeout=10)
         deadline = time.monotonic() + 10
         while "warm" not in completer.started and time.monotonic() < deadline:
             time.sleep(0.02)
         assert completer.started == ["first place", "warm"]  # idle: the same place's full prompt
         started = time.monotonic()
-        assert worker.submit(GenerationJob(ModelConfig(target="t"), "next", "")).result(timeout=10).text == "done"
+        assert worker.submit(GenerationJob(config, "next", "")).result(timeout=10).text == "done"
         assert time.monotonic() - started < 5  # the warm-up (10 s unless cancelled) gave way at once
     finally:
         worker.shutdown(unload=False)

@@ -25,11 +25,11 @@ SUFFIX = "\n\ndef main() -> None:\n    config = load_config(Path('config.json'))
 @pytest.mark.parametrize("draft_backend", ["torch", "llamacpp"])
 def test_real_pair_speculative_greedy_equals_target_only(real_models, draft_backend):
     from codecue.completion import Completer
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig, ModelChoice
 
     if draft_backend == "llamacpp":
         pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    c = Completer.load(ModelConfig(backend="torch", draft_backend=draft_backend, dtype="bfloat16"))
+    c = Completer.load(CompletionConfig(ModelChoice(backend="torch", draft_backend=draft_backend, dtype="bfloat16")))
     prompt = c.build_prompt(PREFIX, SUFFIX)
     target_only = c.generate_ids(prompt, max_tokens=24, k=0)
     assert len(target_only.tokens) >= 4 and target_only.text.strip()

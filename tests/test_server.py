@@ -337,7 +337,7 @@ def test_tcp_accepts_loopback():
 
 
 def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer):
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server.worker import GenerationJob, ModelWorker
 
     completer = make_completer()
@@ -347,12 +347,12 @@ def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer)
         loads.append(choice)
         return completer
 
-    worker = ModelWorker(ModelConfig("t"), factory, idle_unload_s=None)
+    config = CompletionConfig(ModelChoice("t"))
+    worker = ModelWorker(config, factory, idle_unload_s=None)
     gate = threading.Event()
-    first = GenerationJob(ModelConfig("t"), "def add(a, b):\n    ", "\n", max_tokens=4,
-                          on_text=lambda text: gate.wait(5))
-    skipped = GenerationJob(ModelConfig("t"), "x", "", max_tokens=4)
-    last = GenerationJob(ModelConfig("t"), "import os\n", "", max_tokens=4)
+    first = GenerationJob(config, "def add(a, b):\n    ", "\n", max_tokens=4, on_text=lambda text: gate.wait(5))
+    skipped = GenerationJob(config, "x", "", max_tokens=4)
+    last = GenerationJob(config, "import os\n", "", max_tokens=4)
     futures = [worker.submit(job) for job in (first, skipped, last)]
     skipped.cancel()
     gate.set()
@@ -387,15 +387,18 @@ def test_worker_feeds_the_k_policy_joined_rounds(make_completer):
     """The server's round observer joins rounds that used their whole cap (so the policy can see deeper
     caps pay) and the worker closes it when the completion ends: every drafted and accepted token of the
     completion reaches the policy, none twice."""
-    from codecue.models.config import ModelConfig
+    from dataclasses import replace
+
+    from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server.context_hooks import ContextHooks, CursorInfo
     from codecue.server.worker import GenerationJob, ModelWorker
     from codecue.tuning import KPolicy, PolicySettings
 
     policy = KPolicy(settings=PolicySettings(min_rounds=1))
     completer = make_completer(draft="target", draft_mode="model")  # every draft accepted: whole caps
-    worker = ModelWorker(ModelConfig("t"), lambda choice: completer, idle_unload_s=None, k_policy=policy)
-    job = GenerationJob(ModelConfig("t", k=3), "def add(a, b):\n    ", "\n", max_tokens=12,
+    config = CompletionConfig(ModelChoice("t"), replace(completer.decoding, k=3))
+    worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None, k_policy=policy)
+    job = GenerationJob(config, "def add(a, b):\n    ", "\n", max_tokens=12,
                         on_round=ContextHooks(worker.k_policy).observer(CursorInfo("python", "block_start")))
     result = worker.submit(job).result(timeout=60)
     worker.shutdown()
@@ -407,32 +410,33 @@ def test_worker_feeds_the_k_policy_joined_rounds(make_completer):
 
 
 def test_worker_reports_load_errors_on_the_job_and_keeps_running():
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server.worker import GenerationJob, ModelWorker
 
     def factory(choice):
-        raise CodeCueError(f"model {choice.target} not found", "pull it")
+        raise CodeCueError(f"model {choice.models.target} not found", "pull it")
 
-    worker = ModelWorker(ModelConfig("missing"), factory, idle_unload_s=None)
+    config = CompletionConfig(ModelChoice("missing"))
+    worker = ModelWorker(config, factory, idle_unload_s=None)
     for _ in range(2):
-        future = worker.submit(GenerationJob(ModelConfig("missing"), "x", ""))
+        future = worker.submit(GenerationJob(config, "x", ""))
         with pytest.raises(CodeCueError, match="not found"):
             future.result(timeout=10)
     worker.shutdown()
 
 
 def test_worker_flood_drops_the_oldest_waiting_jobs(make_completer):
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig
     from codecue.server.worker import GenerationJob, ModelWorker
 
     completer = make_completer()
-    worker = ModelWorker(ModelConfig(), lambda c: completer, idle_unload_s=None, max_pending=3)
+    worker = ModelWorker(CompletionConfig(), lambda c: completer, idle_unload_s=None, max_pending=3)
     gate = threading.Event()
-    blocker = GenerationJob(ModelConfig(), "a", "", max_tokens=2, on_text=lambda t: gate.wait(5))
+    blocker = GenerationJob(CompletionConfig(), "a", "", max_tokens=2, on_text=lambda t: gate.wait(5))
     worker.submit(blocker)
     while worker.status()["busy"] is False and not blocker.future.done():
         threading.Event().wait(0.01)
-    jobs = [GenerationJob(ModelConfig(), f"x{i}", "", max_tokens=2) for i in range(6)]
+    jobs = [GenerationJob(CompletionConfig(), f"x{i}", "", max_tokens=2) for i in range(6)]
     futures = [worker.submit(job) for job in jobs]
     gate.set()
     results = [f.result(timeout=30) for f in futures]
@@ -442,12 +446,12 @@ def test_worker_flood_drops_the_oldest_waiting_jobs(make_completer):
 
 
 def test_worker_idle_timeout_unloads(make_completer):
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig
     from codecue.server.worker import GenerationJob, ModelWorker
 
     completer = make_completer()
-    worker = ModelWorker(ModelConfig(), lambda c: completer, idle_unload_s=0.2)
-    worker.submit(GenerationJob(ModelConfig(), "a", "", max_tokens=2)).result(timeout=30)
+    worker = ModelWorker(CompletionConfig(), lambda c: completer, idle_unload_s=0.2)
+    worker.submit(GenerationJob(CompletionConfig(), "a", "", max_tokens=2)).result(timeout=30)
     for _ in range(200):
         if not worker.status()["modelsLoaded"]:
             break
@@ -458,10 +462,10 @@ def test_worker_idle_timeout_unloads(make_completer):
 
 
 def test_rounds_after_cancel_counts_the_round_in_progress():
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig
     from codecue.server.worker import GenerationJob
 
-    job = GenerationJob(ModelConfig(), "a", "")
+    job = GenerationJob(CompletionConfig(), "a", "")
     for _ in range(3):
         assert not job.poll_cancelled()
     job.cancel()  # during round 3
@@ -498,12 +502,12 @@ def test_replay_types_the_file_and_reports_reuse_side_by_side(make_completer, tm
 
 def test_the_replay_loads_the_models_in_a_child_process_as_the_server_does(tiny_dirs, tiny_tokenizer, tmp_path):
     from codecue.bench.replay import load_models, run_replay
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 
     source = tmp_path / "sample.py"
     source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(40)))
-    models = load_models(ModelConfig(target=str(tiny_dirs["target"]), backend="torch", dtype="float32",
-                                     draft_mode="none"))
+    models = load_models(CompletionConfig(ModelChoice(target=str(tiny_dirs["target"]), backend="torch", dtype="float32"),
+                                          DecodingSettings(draft_mode="none")))
     try:
         assert models.pid != os.getpid() and models.alive
         report = run_replay(source, completer=models, keystrokes=8, interval_ms=20, pause_ms=60, max_tokens=4)
@@ -533,8 +537,8 @@ def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_shor
     source = tmp_path / "sample.py"
     text = "".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(80))
     source.write_text(text)
-    completer = make_completer(draft=None, draft_mode="none")
-    completer.config.budget = PromptBudget(total=700, suffix=64, extra=0, first_text_ms=400)
+    completer = make_completer(draft=None, draft_mode="none",
+                               budget=PromptBudget(total=700, suffix=64, extra=0, first_text_ms=400))
     full = run_enter_replay(source, completer, places=3, pause_ms=50, max_tokens=4)
     lines = enter_lines(text, 3)
     assert full["places"] == 3 and len(set(lines)) == 3 and lines == sorted(lines, reverse=True)

@@ -139,16 +139,19 @@ async def test_model_file_damaged_before_a_reload_gives_a_clear_error_and_servin
 
 def _learned_policy(make_completer):
     """A K policy that learns rounds, and completion jobs that feed it as the server's do."""
-    from codecue.models.config import ModelConfig
+    from dataclasses import replace
+
+    from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server.context_hooks import ContextHooks, CursorInfo
     from codecue.server.worker import GenerationJob
     from codecue.tuning import KPolicy, PolicySettings
 
     policy = KPolicy(settings=PolicySettings(min_rounds=1))
     completer = make_completer(draft="target", draft_mode="model")
+    config = CompletionConfig(ModelChoice("t"), replace(completer.decoding, k=3))
 
     def job() -> GenerationJob:
-        return GenerationJob(ModelConfig("t", k=3), "def add(a, b):\n    ", "\n", max_tokens=8,
+        return GenerationJob(config, "def add(a, b):\n    ", "\n", max_tokens=8,
                              on_round=ContextHooks(policy).observer(CursorInfo("python", "block_start")))
 
     return policy, completer, job
@@ -157,13 +160,14 @@ def _learned_policy(make_completer):
 @pytest.mark.parametrize("fault", ["disk full while writing", "read-only directory"])
 async def test_a_profile_write_that_fails_leaves_the_old_file_whole_and_the_worker_serving(fault, make_completer,
                                                                                        monkeypatch, tmp_path):
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server.worker import ModelWorker
     from codecue.tuning.profile import user_profile_path
 
     monkeypatch.setenv("CODECUE_CONFIG_DIR", str(tmp_path / "cfg"))
     policy, completer, job = _learned_policy(make_completer)
-    worker = ModelWorker(ModelConfig("t"), lambda choice: completer, idle_unload_s=None, k_policy=policy)
+    worker = ModelWorker(CompletionConfig(ModelChoice("t")), lambda choice: completer, idle_unload_s=None,
+                         k_policy=policy)
     try:
         for _ in range(3):  # (the first completion in a process may join all its rounds into none yet)
             assert worker.submit(job()).result(timeout=TIMEOUT) is not None

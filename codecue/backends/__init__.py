@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from codecue.backends.base import Backend, CachedSequence, common_prefix_length
 from codecue.errors import BackendUnavailable, CodeCueError
-from codecue.models.config import BACKENDS
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -16,6 +15,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: the runtimes a model can be loaded on (``auto``: :func:`choose_backend` decides)
+BACKENDS = ("auto", "torch", "llamacpp", "exllamav2")
 
 __all__ = ["Backend", "CachedSequence", "common_prefix_length", "create_backend", "cuda_available", "BACKENDS"]
 

@@ -34,9 +34,8 @@ from codecue.bench.points import Point
 from codecue.bench.runner import RunRecord
 from codecue.completion import Completer
 from codecue.errors import CodeCueError
-from codecue.models.config import ModelConfig
 from codecue.models.requantize import AS_IS, offered_layouts, requantized
-from codecue.models.resolve import resolve_model
+from codecue.models.resolve import ResolvedConfig
 from codecue.paths import cache_dir
 
 #: decodes one point's prompt: the record, or why the point was skipped
@@ -48,7 +47,7 @@ class PeerSetting:
     """What a peer factory gets; ``resources`` closes what a peer holds (a server process) when the run ends."""
 
     completer: Completer
-    models: ModelConfig  # the configured pair: peers decode the shipped files, not a plan's re-quantized ones
+    models: ResolvedConfig  # the configured pair: peers decode the shipped files, not a plan's re-quantized ones
     max_tokens: int
     resources: ExitStack = field(default_factory=ExitStack)
 
@@ -111,9 +110,9 @@ def _py_llama(mode: str) -> Callable[[PeerSetting], PeerRun | None]:
     """A llama-cpp-python peer on the configured GGUF pair (None without llama-cpp-python or GGUF files)."""
 
     def make(setting: PeerSetting) -> PeerRun | None:
-        target = resolve_model(setting.models.target, "target")
-        draft = resolve_model(setting.models.draft, "draft")
-        if target.kind != "gguf" or draft.kind != "gguf" or importlib.util.find_spec("llama_cpp") is None:
+        target, draft = setting.models.target, setting.models.draft
+        if (target.kind != "gguf" or draft is None or draft.kind != "gguf"
+                or importlib.util.find_spec("llama_cpp") is None):
             return None
         repack = checked_llamacpp_layout(target.path)  # the layout this machine's check allows, as CodeCue's
         completer = setting.completer
@@ -136,12 +135,13 @@ def _openvino(mode: str) -> Callable[[PeerSetting], PeerRun | None]:
     """An OpenVINO GenAI peer on the shipped target GGUF (``ov-draft``: with a Q4_0 copy of the draft)."""
 
     def make(setting: PeerSetting) -> PeerRun:
-        target = resolve_model(setting.models.target, "target")
+        target, draft = setting.models.target, setting.models.draft
         if target.kind != "gguf":
             raise CodeCueError("the OpenVINO peers need a GGUF target")
         draft_dir = None
         if mode == "ov-draft":
-            draft = resolve_model(setting.models.draft, "draft")
+            if draft is None:
+                raise CodeCueError("the OpenVINO draft peer needs a draft model")
             draft_dir = converted_draft_dir(requantized(draft.path, "q4_0"), cache_dir())
         peers = get_openvino_peers(target.path, draft_dir)
         completer = setting.completer
@@ -164,9 +164,8 @@ def _llama_server(kind: str, layout: str = AS_IS) -> Callable[[PeerSetting], Pee
     built for this class: said once, with the command that builds it)."""
 
     def make(setting: PeerSetting) -> PeerRun | None:
-        target = resolve_model(setting.models.target, "target")
-        draft = resolve_model(setting.models.draft, "draft")
-        if target.kind != "gguf" or draft.kind != "gguf":
+        target, draft = setting.models.target, setting.models.draft
+        if target.kind != "gguf" or draft is None or draft.kind != "gguf":
             return None
         if not server_binary().is_file():
             print(f"codecue bench: llama-server is not built for the {cpu_class()} class; its peers are left out "

@@ -288,7 +288,8 @@ def run(args: argparse.Namespace) -> int:
     points = select_points(project_points(languages=args.languages), args.per_language,
                            typed=not args.line_start_only)
     names = args.variants or DEFAULT_VARIANTS
-    config = replace(config_from_args(args), draft_mode="none")
+    config = config_from_args(args)
+    config = replace(config, decoding=replace(config.decoding, draft_mode="none"))
     meta = report_meta("quality", args.typed_argv)
     started = time.perf_counter()
     completer = Completer.load(config)

@@ -21,7 +21,7 @@ from codecue.bench.report import format_speed_table, report_meta, write_report
 from codecue.bench.runner import RunRecord, Summary, records_to_json, summarise
 from codecue.bench.speed import add_point_arguments, select_points, speed_config
 from codecue.completion import Completer
-from codecue.models.config import ModelConfig
+from codecue.models.config import CompletionConfig
 from codecue.models.flags import add_model_arguments
 from codecue.remote_completion import RemoteCompleter
 
@@ -40,24 +40,24 @@ def run(args: argparse.Namespace) -> int:
     shown_url = RemoteSettings(url=url).display_url  # never user:password
     started = time.perf_counter()
     summaries, methods, records = run_remote_bench(points, config, url, args.max_tokens)
-    title = (f"codecue bench: {len(points)} points, {args.max_tokens} tokens, local (K={config.k}) vs remote "
+    title = (f"codecue bench: {len(points)} points, {args.max_tokens} tokens, local (K={config.decoding.k}) vs remote "
              f"{shown_url}, speedup = local target-only TPOT / method TPOT")
     print(title)
     print(format_speed_table(summaries, methods))
     elapsed = time.perf_counter() - started
     print(f"({elapsed / 60:.1f} minutes)")
     write_report(args.json_out, report_meta("remote", args.typed_argv), {
-        "title": title, "remote": shown_url, "methods": methods, "max_tokens": args.max_tokens, "k": config.k,
+        "title": title, "remote": shown_url, "methods": methods, "max_tokens": args.max_tokens, "k": config.decoding.k,
         "elapsed_s": elapsed, "summary": [asdict(s) for s in summaries], "runs": records_to_json(records)})
     return 0
 
 
-def run_remote_bench(points: list[Point], config: ModelConfig, url: str,
+def run_remote_bench(points: list[Point], config: CompletionConfig, url: str,
                      max_tokens: int) -> tuple[list[Summary], list[str], list[RunRecord]]:
     print("loading the local models ...", file=sys.stderr)
     local = Completer.load(config)
-    remote = RemoteCompleter(RemoteSettings.load(url), local.tokenizer, config.budget)
-    local_methods = [("target", "none", 0), ("hybrid", "hybrid", config.k)]
+    remote = RemoteCompleter(RemoteSettings.load(url), local.tokenizer, local.budget)
+    local_methods = [("target", "none", 0), ("hybrid", "hybrid", config.decoding.k)]
     records: list[RunRecord] = []
     for i, point in enumerate(points, 1):
         ids = local.build_prompt(point.prefix, point.suffix)

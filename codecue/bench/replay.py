@@ -44,7 +44,7 @@ from codecue.bench.report import (
 from codecue.document import utf16_length
 from codecue.engine.fim import LAYOUTS, PromptBudget
 from codecue.errors import CodeCueError
-from codecue.models.config import ModelConfig
+from codecue.models.config import CompletionConfig
 from codecue.models.flags import add_model_arguments, config_from_args
 from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
 from codecue.server.model_process import CompleterProcess
@@ -241,8 +241,9 @@ async def _session(completer: Models, max_tokens: int,
     socket pair."""
     # Costs are measured once per machine and pair, in idle time; a replay times keystrokes, so it leaves
     # that to the server (a measurement in a pause would delay the keystroke after it by one timed pass).
-    worker = ModelWorker(ModelConfig(), factory=lambda choice: completer, idle_unload_s=None, reuse_cache=reuse,
-                         measure_costs=False)
+    # The sessions decode as the models were loaded to: the worker passes their settings to every request.
+    worker = ModelWorker(CompletionConfig(decoding=completer.decoding), factory=lambda config: completer,
+                         idle_unload_s=None, reuse_cache=reuse, measure_costs=False)
     server = CodeCueServer(worker)
     server_sock, client_sock = socket.socketpair()
     s_reader, s_writer = await asyncio.open_connection(sock=server_sock, limit=STREAM_LIMIT)
@@ -417,12 +418,12 @@ def run_enter_replay(file: str | Path, completer: Models, *, places: int = 8, pa
     return report
 
 
-def load_models(config: ModelConfig | None) -> CompleterProcess:
+def load_models(config: CompletionConfig | None) -> CompleterProcess:
     """The pair in a child process, as ``codecue serve`` loads it: its llama.cpp calls then run on that
     process's main thread. (In this process they would run on the worker thread while the main thread's
     OpenMP pool, made when the models loaded, still holds its threads; with more OpenMP threads than cores
     libgomp stops spinning at its barriers, and a step on 2 cores took 1.6-2.4x as long.)"""
-    return CompleterProcess(config or ModelConfig())
+    return CompleterProcess(config or CompletionConfig())
 
 
 def _read(file: str | Path) -> str:
@@ -433,7 +434,7 @@ def _read(file: str | Path) -> str:
         raise CodeCueError(f"cannot read {path}: {exc}") from None
 
 
-def run_replay(file: str | Path, completer_config: ModelConfig | None = None, reuse: bool = True, *,
+def run_replay(file: str | Path, completer_config: CompletionConfig | None = None, reuse: bool = True, *,
                keystrokes: int = 40, interval_ms: float = 150.0, pause_ms: float = 700.0, max_tokens: int = 32,
                start: int | None = None, language_id: str | None = None, settle_s: float = 60.0,
                completer: Models | None = None) -> dict[str, Any]:
@@ -464,7 +465,7 @@ def run_replay(file: str | Path, completer_config: ModelConfig | None = None, re
     return report
 
 
-def run_replay_pair(file: str | Path, completer_config: ModelConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+def run_replay_pair(file: str | Path, completer_config: CompletionConfig | None = None, **kwargs: Any) -> dict[str, Any]:
     """Reuse on, then off, on one loaded model pair: ``{"reuse": {...}, "no_reuse": {...}}``."""
     _read(file)
     with contextlib.closing(load_models(completer_config)) as models:
@@ -473,7 +474,7 @@ def run_replay_pair(file: str | Path, completer_config: ModelConfig | None = Non
     return {"reuse": on, "no_reuse": off}
 
 
-def run_layout_comparison(file: str | Path, config: ModelConfig, layouts: Sequence[str], *,
+def run_layout_comparison(file: str | Path, config: CompletionConfig, layouts: Sequence[str], *,
                           max_tokens: int = 32, places: int = 6, keystrokes: int = 40,
                           interval_ms: float = 150.0) -> dict[str, Any]:
     """The keystroke replay and the Enter replay for each prompt setting (reuse on), each on the pair
@@ -488,8 +489,10 @@ def run_layout_comparison(file: str | Path, config: ModelConfig, layouts: Sequen
     out: dict[str, Any] = {}
     for name in layouts:
         layout, _, mode = name.partition(":")
-        setting = replace(config, budget=replace(config.budget or PromptBudget(), layout=layout),
-                          first_text_ms=0 if mode == "full" else config.first_text_ms)
+        decoding = config.decoding
+        setting = replace(config, decoding=replace(
+            decoding, budget=replace(decoding.budget or PromptBudget(), layout=layout),
+            first_text_ms=0 if mode == "full" else decoding.first_text_ms))
         with contextlib.closing(load_models(setting)) as models:
             typing = run_replay(file, reuse=True, completer=models, max_tokens=max_tokens, keystrokes=keystrokes,
                                 interval_ms=interval_ms)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from codecue.backends import cuda_available
+from codecue.backends import BACKENDS
 from codecue.bench.peers import PEERS, SERVER_PEERS, PeerSetting, peer_name
 from codecue.bench.points import LANGUAGES, Point, builtin_points, load_points_file
 from codecue.bench.report import (
@@ -45,12 +45,12 @@ from codecue.bench.runner import (
 from codecue.completion import Completer
 from codecue.engine.fim import PromptBudget
 from codecue.errors import CodeCueError
-from codecue.models.config import BACKENDS, ModelConfig
+from codecue.models.config import CompletionConfig
 from codecue.models.flags import add_model_arguments, config_from_args
-from codecue.models.requantize import AS_IS
-from codecue.models.resolve import resolve_model
-from codecue.tuning.plan import Plan, make_plan
+from codecue.models.resolve import ResolvedConfig, resolve_config
+from codecue.tuning.plan import Plan
 from codecue.tuning.policy import KPolicy
+from codecue.tuning.serving import LoadSpec, candidate_load, configured_load, plan_load, runtime_plan
 
 DEFAULT_METHOD = "default"  # the configuration the runtime plan chose, K from the policy with this machine's costs
 #: CodeCue's methods, then the native peers users run (llama-server, on the shipped files and on the layout
@@ -113,20 +113,21 @@ class SpeedRun:
     baseline: str
     k: int
     max_tokens: int
-    served: ModelConfig
+    served: LoadSpec  # the files the engine methods decoded (the plan's, where it chose a layout made here)
     records: list[RunRecord]
     summaries: list[Summary]
     elapsed_s: float
 
 
-def speed_config(args: argparse.Namespace) -> ModelConfig:
+def speed_config(args: argparse.Namespace) -> CompletionConfig:
     """The configuration the model flags ask for, loading the draft (each method picks its own drafting),
     with the fixed engine methods' K and the benchmark's prompt budget."""
     if args.prompt_tokens < 64:
         raise CodeCueError("--prompt-tokens must be at least 64")
     config = config_from_args(args)
-    return replace(config, draft_mode="hybrid", k=FIXED_K if config.k is None else config.k,
-                   budget=PromptBudget.for_benchmark(args.prompt_tokens))
+    k = config.decoding.k
+    return replace(config, decoding=replace(config.decoding, draft_mode="hybrid", k=FIXED_K if k is None else k,
+                                            budget=PromptBudget.for_benchmark(args.prompt_tokens)))
 
 
 def select_points(args: argparse.Namespace) -> list[Point]:
@@ -152,23 +153,17 @@ def measure(args: argparse.Namespace, methods: Sequence[str]) -> SpeedRun:
     points = select_points(args)
     config = speed_config(args)
     started = time.perf_counter()
-    plan = None
-    draft_backend = args.draft_backend
-    if not args.backends and args.backend == "auto" and args.draft_backend is None:
-        plan = plan_for(config)
-        if plan is not None:
-            # Load the plan's runtime with a draft (the other methods need it); ``default`` decodes as planned.
-            draft_backend = plan.chosen.draft_backend or plan.chosen.backend
-            print(f"runtime plan: {plan.chosen.label} ({plan.reason})", file=sys.stderr)
-    served = config
-    if plan is not None and (plan.chosen.layout, plan.chosen.draft_layout) != (AS_IS, AS_IS):
-        # The plan serves a file re-quantized here; the peers keep the shipped files (the plain decoder a
-        # user would otherwise run), so their outputs differ from ours by the layout, not by the decoding.
-        target, draft = plan.chosen.files(resolve_model(config.target, "target").path,
-                                          resolve_model(config.draft, "draft").path)
-        served = replace(config, target=target, draft=draft)
-        print(f"served: target {served.target}, draft {served.draft}", file=sys.stderr)
-    backends = args.backends or [plan.chosen.backend if plan else args.backend]
+    resolved = resolve_config(config)
+    plan = None if args.backends else runtime_plan(resolved)
+    served = configured_load(resolved)
+    if plan is not None:
+        print(f"runtime plan: {plan.chosen.label} ({plan.reason})", file=sys.stderr)
+        served = planned_with_draft(resolved, plan)
+        if served.target != resolved.target or served.draft != resolved.draft:
+            # The plan serves a file re-quantized here; the peers keep the shipped files (the plain decoder a
+            # user would otherwise run), so their outputs differ from ours by the layout, not by the decoding.
+            print(f"served: target {served.target.path}, draft {served.names[1]}", file=sys.stderr)
+    backends = args.backends or [served.backend]
     records: list[RunRecord] = []
     labels: list[str] = []
     with ExitStack() as resources:  # what peers hold (server processes) ends with the run
@@ -179,20 +174,20 @@ def measure(args: argparse.Namespace, methods: Sequence[str]) -> SpeedRun:
                 if b and b not in BACKENDS:
                     raise CodeCueError(f"unknown backend {b!r} in --backends {backend}",
                                        "use torch, llamacpp, exllamav2, or TARGET+DRAFT")
-            completer = Completer.load(replace(served, backend=target_backend,
-                                               draft_backend=pair_draft_backend or draft_backend))
+            spec = backend_load(resolved, target_backend, pair_draft_backend) if args.backends else served
+            completer = Completer.from_spec(spec, config.decoding)
             name = completer.runtime
             per_backend = {m for m in methods if is_engine_method(m) or m == DEFAULT_METHOD
                            or (m in PEERS and PEERS[m].every_backend)}
             label = _labeller(name, per_backend) if len(backends) > 1 else (lambda m: m)
-            setting = PeerSetting(completer, config, args.max_tokens, resources)
+            setting = PeerSetting(completer, resolved, args.max_tokens, resources)
             extra = {m: PEERS[m].make(setting) for m in methods
                      if m in PEERS and (i == 0 or PEERS[m].every_backend)}  # the others run once, next to the first
             extra = {m: peer for m, peer in extra.items() if peer is not None}
             extra[DEFAULT_METHOD] = default_method(completer, plan, args.max_tokens)
             wanted = [m for m in methods if is_engine_method(m) or m in extra]
-            print(f"{len(points)} points x {len(wanted)} methods on {name}, max {args.max_tokens} tokens, K={config.k}",
-                  file=sys.stderr)
+            print(f"{len(points)} points x {len(wanted)} methods on {name}, max {args.max_tokens} tokens, "
+                  f"K={config.decoding.k}", file=sys.stderr)
             tuned_k = None
             if any(m.endswith(f"@{TUNED}") for m in wanted):
                 policy = completer.k_authority(str(args.profile) if args.profile else None)
@@ -200,15 +195,35 @@ def measure(args: argparse.Namespace, methods: Sequence[str]) -> SpeedRun:
                 costs = (f"draft step {policy.costs.draft_cost:.2f}, verify K=4 {policy.costs.verify_cost(4):.2f}"
                          if policy.costs is not None else "none measured here: K = 0")
                 print(f"tuned K from profile: {policy.profile.source} (runtime {name}, costs: {costs})", file=sys.stderr)
-            records += run_points(completer, points, wanted, max_tokens=args.max_tokens, k=config.k,
+            records += run_points(completer, points, wanted, max_tokens=args.max_tokens, k=config.decoding.k,
                                   progress=_progress, extra_methods=extra, label=label, tuned_k=tuned_k)
             labels += [label(m) for m in wanted]
             del completer
     baseline = args.baseline or labels[0]
-    title = (f"codecue bench: {len(points)} points, {args.max_tokens} tokens, K={config.k}, "
+    title = (f"codecue bench: {len(points)} points, {args.max_tokens} tokens, K={config.decoding.k}, "
              f"backends {'+'.join(backends)}, speedup vs {baseline}, {platform.machine()} {_cpu_count()} cores")
-    return SpeedRun(title, points, labels, backends, baseline, config.k, args.max_tokens, served, records,
+    return SpeedRun(title, points, labels, backends, baseline, config.decoding.k, args.max_tokens, served, records,
                     summarise(records, baseline), time.perf_counter() - started)
+
+
+def planned_with_draft(resolved: ResolvedConfig, plan: Plan) -> LoadSpec:
+    """The plan's choice, loaded with a draft even where it decodes target-only: the other methods draft
+    (``default`` decodes as planned, :func:`default_method`)."""
+    spec = candidate_load(resolved, plan.chosen)
+    if plan.chosen.speculative:
+        return spec
+    return replace(spec, draft=resolved.draft, draft_backend=plan.chosen.backend, target_only=False)
+
+
+def backend_load(resolved: ResolvedConfig, backend: str, draft_backend: str) -> LoadSpec:
+    """The configured pair on one entry of ``--backends``: the target on ``backend``, the draft on
+    ``draft_backend`` (empty: ``--draft-backend``, else the target's); ``auto`` alone is the runtime plan's
+    choice."""
+    models = resolved.config.models
+    if backend == "auto" and not draft_backend and models.draft_backend is None:
+        return plan_load(resolved)
+    return replace(configured_load(resolved), backend=backend,
+                   draft_backend=draft_backend or models.draft_backend or backend)
 
 
 def print_and_write(args: argparse.Namespace, result: SpeedRun, kind: str,
@@ -225,20 +240,12 @@ def print_and_write(args: argparse.Namespace, result: SpeedRun, kind: str,
     write_report(args.json_out, report_meta(kind, args.typed_argv), {
         "title": result.title, "methods": result.labels, "max_tokens": result.max_tokens, "k": result.k,
         "backends": result.backends, "baseline": result.baseline, "elapsed_s": result.elapsed_s,
-        "models": {"target": report_path(resolve_model(result.served.target, "target").path),
-                   "draft": report_path(resolve_model(result.served.draft, "draft").path)},
+        "models": {"target": report_path(result.served.target.path),
+                   "draft": report_path(result.served.draft.path) if result.served.draft is not None else None},
         "summary": [asdict(s) for s in result.summaries], "peer_ratios": ratios, "k_comparison": k_comparison,
         "runs": records_to_json(result.records)})
     if args.plot:
         draw_speedup_plot(result.summaries, result.labels, args.plot, result.title)
-
-
-def plan_for(config: ModelConfig) -> Plan | None:
-    """The runtime plan for the configured pair (None where it does not apply: not GGUF, CUDA)."""
-    target, draft = resolve_model(config.target, "target"), resolve_model(config.draft, "draft")
-    if target.kind != "gguf" or draft.kind != "gguf" or cuda_available():
-        return None
-    return make_plan(str(target.path), str(draft.path))
 
 
 def default_method(completer: Completer, plan: Plan | None,

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         # measured here for the runtime and files the plan loaded (K = 0 where drafting would not pay).
         language = context.language if context is not None else "unknown"
         depth = completer.k_authority().depth_for(language, context.context_class if context else None,
-                                                  requested=completer.config.k)
+                                                  requested=completer.decoding.k)
     printed = {"n": 0}
 
     def stream(so_far: str) -> None:
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             "k_source": depth.reason,
             "context_class": context.context_class if context is not None else None,
             "speculative": s.speculative,
-            "draft_mode": completer.config.draft_mode if depth.start else "none", "prompt_tokens": s.prompt_tokens,
+            "draft_mode": completer.decoding.draft_mode if depth.start else "none", "prompt_tokens": s.prompt_tokens,
             "backend": s.runtime.partition("+")[0], "runtime": s.runtime, "notice": result.notice,
         }))
     else:

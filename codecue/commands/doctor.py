@@ -6,9 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from codecue.commands.common import add_model_arguments
+from codecue.commands.common import add_model_arguments, config_from_args
+
+if TYPE_CHECKING:
+    from codecue.models.resolve import ResolvedConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,23 +29,22 @@ def _cpu_line() -> tuple[str, list[str]]:
     return cpu_model_name(), sorted(f for f in flags if f.startswith(("amx", "avx512f", "avx512_bf16", "avx_vnni")))
 
 
-def _measure(candidate: Any, target: Any, draft: Any, args: argparse.Namespace) -> None:
+def _measure(candidate: Any, resolved: ResolvedConfig) -> None:
     from dataclasses import replace
 
-    from codecue.commands.common import config_from_args
     from codecue.completion import Completer
     from codecue.tuning.machine_costs import store_machine_costs
+    from codecue.tuning.serving import candidate_load
 
+    target, draft = resolved.target, resolved.draft
     for source, made in ((target.path, candidate.target_file(str(target.path))),
                          (draft.path, candidate.draft_file(str(draft.path)))):
         if made != str(source) and not Path(made).is_file():
             print(f"re-quantizing {source.name} ...", file=sys.stderr, flush=True)
-    target_file, draft_file = candidate.files(target.path, draft.path)
-    config = replace(config_from_args(args), target=target_file, draft=draft_file,
-                     backend=candidate.backend, draft_backend=candidate.draft_backend,
-                     draft_mode=candidate.draft_mode)
+    spec = candidate_load(resolved, candidate)
+    decoding = replace(resolved.config.decoding, draft_mode=candidate.draft_mode)
     print(f"measuring {candidate.label} ...", file=sys.stderr, flush=True)
-    completer = Completer.load(config)
+    completer = Completer.from_spec(spec, decoding)
     try:
         measured = completer.measure_costs()
         store_machine_costs(measured, *completer.names)
@@ -50,13 +52,14 @@ def _measure(candidate: Any, target: Any, draft: Any, args: argparse.Namespace) 
         completer.close()
 
 
-def _measure_missing(plan: Any, target: Any, draft: Any, args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
+def _measure_missing(plan: Any, resolved: ResolvedConfig, args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
     """Measure the candidates not measured here yet, cheapest verdicts first: the speculative llama.cpp ones
     (their measurement also prices the target-only twin), then torch only where a cheap probe of its step
     says it could still beat the best llama.cpp candidate (converting and timing a torch model takes
     minutes on a CPU without fast bf16). Returns the plan again and why each skipped candidate cannot win."""
     from codecue.tuning.plan import make_plan
 
+    target, draft = resolved.target, resolved.draft
     cannot_win: dict[str, str] = {}
     order = sorted((r.candidate for r in plan.rows if r.measured is None),
                    key=lambda c: (c.backend == "torch", not c.speculative))
@@ -70,7 +73,7 @@ def _measure_missing(plan: Any, target: Any, draft: Any, args: argparse.Namespac
             if why is not None:
                 cannot_win[candidate.label] = why
                 continue
-        _measure(candidate, target, draft, args)
+        _measure(candidate, resolved)
     return make_plan(str(target.path), str(draft.path)), cannot_win
 
 
@@ -113,12 +116,12 @@ def _torch_cannot_win(candidate: Any, target: Any, plan: Any, args: argparse.Nam
 def run(args: argparse.Namespace) -> int:
     from codecue.backends.cpu_class import cpu_class
     from codecue.backends.native_check import llamacpp_version, safe_llamacpp_layout
-    from codecue.models.resolve import resolve_model
+    from codecue.models.resolve import resolve_config
     from codecue.tuning.machine_costs import costs_file
     from codecue.tuning.plan import make_plan
 
-    target = resolve_model(args.target, "target")
-    draft = resolve_model(args.draft, "draft")
+    resolved = resolve_config(config_from_args(args), with_draft=True)  # every candidate prices the draft
+    target, draft = resolved.target, resolved.draft
     cpu, features = _cpu_line()
     report: dict[str, Any] = {"cpu": cpu, "features": features, "cpu_class": cpu_class(),
                               "llama_cpp": llamacpp_version(), "checks": {}}
@@ -130,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     plan = make_plan(str(target.path), str(draft.path))
     cannot_win: dict[str, str] = {}
     if args.measure:
-        plan, cannot_win = _measure_missing(plan, target, draft, args)
+        plan, cannot_win = _measure_missing(plan, resolved, args)
     report["costs_file"] = str(costs_file())
     report["plan"] = [{
         "candidate": r.candidate.label, "runtime": r.candidate.runtime, "measured": r.measured is not None,

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from codecue.commands.common import add_model_arguments
+from codecue.commands.common import add_model_arguments, config_from_args
 from codecue.errors import CodeCueError
 
 
@@ -72,11 +72,12 @@ def run(args: argparse.Namespace) -> int:
 def served_depth(args: argparse.Namespace, policy, language: str, context_class: str):
     """What the runtime plan would serve here, and the K authority's depth for it: (description, Depth), or
     (why not, None) when the models cannot be resolved (not pulled yet)."""
-    from codecue.models.resolve import resolve_model
+    from codecue.models.resolve import resolve_config
     from codecue.tuning.plan import make_plan
 
     try:
-        target, draft = resolve_model(args.target, "target"), resolve_model(args.draft, "draft")
+        resolved = resolve_config(config_from_args(args), with_draft=True)
+        target, draft = resolved.target, resolved.draft
         plan = make_plan(str(target.path), str(draft.path))
     except CodeCueError as exc:
         return exc.message, None

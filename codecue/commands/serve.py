@@ -44,12 +44,14 @@ def daemon_flags(args: argparse.Namespace) -> list[str]:
     return given_model_flags(args) + (["--inline-models"] if getattr(args, "inline_models", False) else [])
 
 
-def model_config(args: argparse.Namespace):  # -> ModelConfig, with the remote server chosen
+def model_config(args: argparse.Namespace):  # -> CompletionConfig, with the remote server chosen
     from dataclasses import replace
 
     from codecue.backends.remote import choose_remote_url
 
-    return replace(config_from_args(args), remote=choose_remote_url(args.remote, args.backend, args.no_remote))
+    config = config_from_args(args)
+    remote = choose_remote_url(args.remote, args.backend, args.no_remote)
+    return replace(config, models=replace(config.models, remote=remote))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

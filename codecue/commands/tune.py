@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -178,14 +179,14 @@ def run(args: argparse.Namespace) -> int:
         if not 1 <= args.k <= args.k_max:
             raise CodeCueError(f"--k (the K used while measuring) must be in 1..{args.k_max}")
         config = config_from_args(args)
-        config.k = args.k
+        decoding = replace(config.decoding, k=args.k)
         if args.prompt_tokens is not None:
             from codecue.engine.fim import PromptBudget
 
             if args.prompt_tokens < 64:
                 raise CodeCueError("--prompt-tokens must be at least 64")
-            config.budget = PromptBudget.for_benchmark(args.prompt_tokens)
-        completer = Completer.load(config)
+            decoding = replace(decoding, budget=PromptBudget.for_benchmark(args.prompt_tokens))
+        completer = Completer.load(replace(config, decoding=decoding))
         if completer.draft is None:
             raise CodeCueError("tuning needs a draft model", "do not use --draft-mode ngram/none")
         log = (lambda message: print(message, file=sys.stderr)) if not args.json else None

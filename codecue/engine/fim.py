@@ -21,8 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from codecue.backends.base import common_prefix_length
+
+if TYPE_CHECKING:
+    from codecue.models.config import DecodingSettings
 
 FIM_PREFIX = "<|fim_prefix|>"
 FIM_SUFFIX = "<|fim_suffix|>"
@@ -54,6 +58,15 @@ class PromptBudget:
         """A budget of ``total`` tokens for measuring (bench, tune): a quarter at most, and at most 128, for
         the suffix; no other documents."""
         return cls(total=total, suffix=min(128, total // 4), extra=0, layout="psm", first_text_ms=0)
+
+
+def prompt_budget(decoding: DecodingSettings) -> PromptBudget:
+    """The budget these decoding settings build prompts with: theirs (else the default), with their
+    ``first_text_ms`` where they set one."""
+    budget = decoding.budget or PromptBudget()
+    if decoding.first_text_ms >= 0:
+        budget = replace(budget, first_text_ms=decoding.first_text_ms)
+    return budget
 
 
 def shorter_budgets(budget: PromptBudget, tokens: int) -> list[PromptBudget]:

@@ -1,46 +1,80 @@
-"""Which models to run and how: the one configuration every command, the completer and the server take.
+"""Which models to run and how to decode with them: the configuration every command, the completer and the
+server take. Frozen: a configuration is built once (from flags, a client's hello, the user's config) and
+then only read.
 
-Kept free of heavy imports: the command line builds its flags from these choices (``codecue --help`` stays
-instant), and the server keys its loaded models by a :class:`ModelConfig` without loading torch.
+- :class:`ModelChoice`: the model pair and the runtimes they load on. Changing it means loading models.
+- :class:`DecodingSettings`: how requests decode with the loaded models (drafting, K, the prompt). The
+  server's worker applies them per request; only two of them decide what is loaded (see
+  :meth:`CompletionConfig.load_key`).
+- :class:`CompletionConfig`: the two together, as a command or an editor session asks for them, and as
+  the daemon's relay sends them (:data:`WIRE_FIELDS`).
+
+Kept free of heavy imports: the command line builds its flags from these choices, and the server keys its
+loaded models by a configuration without loading torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from codecue.errors import CodeCueError
 
 if TYPE_CHECKING:
     from codecue.engine.fim import PromptBudget
 
-BACKENDS = ("auto", "torch", "llamacpp", "exllamav2")
 DRAFT_MODES = ("hybrid", "model", "ngram", "none")
+#: the draft modes that draft with a draft model (and so load one)
+MODEL_DRAFT_MODES = ("hybrid", "model")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 DRAFT_VOCABS = ("code", "full")
 
 
-@dataclass
-class ModelConfig:
-    """The model pair, the runtimes they run on, and how drafting works."""
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model pair and the runtimes they run on: what is loaded."""
 
     target: str | None = None  # registry name or path; None = configured default
     draft: str | None = None
-    backend: str = "auto"  # auto | torch | llamacpp | exllamav2
+    backend: str = "auto"  # auto | torch | llamacpp | exllamav2 (codecue.backends.BACKENDS)
     draft_backend: str | None = None  # None = same as backend
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16 | int8 (torch backend)
-    draft_dtype: str | None = None
+    draft_dtype: str | None = None  # None: see draft_dtype_or_default
     device: str = "auto"
+    n_ctx: int = 4096
+    remote: str | None = None  # a shared inference server's URL; the models above are then its fallback
+
+    @property
+    def draft_dtype_or_default(self) -> str:
+        """The draft's dtype: as given, else the target's, except that an int8 target leaves the draft at auto."""
+        return self.draft_dtype or ("auto" if self.dtype == "int8" else self.dtype)
+
+
+@dataclass(frozen=True)
+class DecodingSettings:
+    """How a request decodes with the loaded models.
+
+    All of them apply per request, except what a draft model needs at load: whether one is loaded at all
+    (``draft_mode`` hybrid or model) and ``draft_vocab``, which restricts the draft's output head when it
+    loads (a backend slices its head's weights once; switching per request would re-slice them). A change
+    of either loads the models again; see :meth:`CompletionConfig.load_key`.
+    """
+
     draft_mode: str = "hybrid"  # hybrid | model | ngram | none
     k: int | None = None  # a fixed draft depth; None: the K authority decides per request (codecue.tuning.policy)
     min_confidence: float = 0.4  # draft early stop
     draft_vocab: str = "code"  # code: the draft's head scores only ASCII code tokens (when the backend can)
-    n_ctx: int = 4096
     budget: PromptBudget | None = None  # the FIM prompt's token budget; None: the engine's default
     first_text_ms: int = -1  # the budget's first_text_ms when >= 0 (0: always the full prompt); -1: the budget's
-    remote: str | None = None  # a shared inference server's URL; the models above are then its fallback
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.draft_mode in MODEL_DRAFT_MODES
 
     def validate(self) -> None:
+        """Raises a CodeCueError naming the setting out of range. Not done at construction: a client's
+        settings are reported where they are used, as a request's error, not as a refused connection."""
         if self.draft_mode not in DRAFT_MODES:
             raise CodeCueError(f"unknown draft mode {self.draft_mode!r}", f"choose one of {', '.join(DRAFT_MODES)}")
         if self.k is not None and not 0 <= self.k <= 32:
@@ -50,16 +84,38 @@ class ModelConfig:
         if not 0.0 <= self.min_confidence < 1.0:
             raise CodeCueError("min_confidence must be in [0, 1)")
 
-    def with_models(self, target: str | None, draft: str | None) -> ModelConfig:
-        return replace(self, target=target or self.target, draft=draft or self.draft)
+
+#: what loading depends on (see :meth:`CompletionConfig.load_key`)
+LoadKey = tuple[ModelChoice, bool, str | None]
+
+
+@dataclass(frozen=True)
+class CompletionConfig:
+    """The models to load and how to decode with them."""
+
+    models: ModelChoice = field(default_factory=ModelChoice)
+    decoding: DecodingSettings = field(default_factory=DecodingSettings)
+
+    def load_key(self) -> LoadKey:
+        """What the loaded models depend on, so what the server keys them by: the model choice, whether a
+        draft model is loaded, and (with one) the draft vocabulary its head is restricted to at load. Other
+        decoding settings change nothing that is loaded."""
+        drafts = self.decoding.uses_draft_model
+        return self.models, drafts, self.decoding.draft_vocab if drafts else None
+
+    def with_models(self, target: str | None, draft: str | None) -> CompletionConfig:
+        """This configuration with the target and draft given (None keeps the configured one)."""
+        return replace(self, models=replace(self.models, target=target or self.models.target,
+                                            draft=draft or self.models.draft))
 
     def to_json(self) -> dict[str, Any]:
         """What status shows (the remote URL never with user:password)."""
-        return {"target": self.target, "draft": self.draft, "backend": self.backend,
-                "draftBackend": self.draft_backend, "draftMode": self.draft_mode, "dtype": self.dtype,
-                "remote": _display_url(self.remote)}
+        models, decoding = self.models, self.decoding
+        return {"target": models.target, "draft": models.draft, "backend": models.backend,
+                "draftBackend": models.draft_backend, "draftMode": decoding.draft_mode, "dtype": models.dtype,
+                "remote": _display_url(models.remote)}
 
-    def with_wire_values(self, values: Any) -> ModelConfig:
+    def with_wire_values(self, values: Any) -> CompletionConfig:
         """This configuration with the fields a client sent (camelCase keys, as :data:`WIRE_FIELDS`);
         values of the wrong type are ignored, an empty ``remote`` means none."""
         if not isinstance(values, dict):
@@ -77,7 +133,9 @@ class ModelConfig:
                 changes[name] = value
         if changes.get("backend") == "remote":
             changes["backend"] = "auto"
-        return replace(self, **changes)
+        return CompletionConfig(
+            replace(self.models, **{k: v for k, v in changes.items() if k in _MODEL_FIELDS}),
+            replace(self.decoding, **{k: v for k, v in changes.items() if k not in _MODEL_FIELDS}))
 
 
 #: The fields a client (the relay's hello) may set, by their camelCase name on the wire.
@@ -85,15 +143,14 @@ WIRE_FIELDS = {"target": "target", "draft": "draft", "backend": "backend", "draf
                "dtype": "dtype", "device": "device", "draftMode": "draft_mode", "k": "k",
                "minConfidence": "min_confidence", "draftVocab": "draft_vocab", "remote": "remote",
                "firstTextMs": "first_text_ms"}
+_MODEL_FIELDS = {f.name for f in fields(ModelChoice)}
 _FIELD_TYPES = {f.name: {"int": int, "int | None": int, "float": float}.get(str(f.type), str)
-                for f in fields(ModelConfig)}
+                for f in (*fields(ModelChoice), *fields(DecodingSettings))}
 
 
 def _display_url(url: str | None) -> str | None:
     if url is None:
         return None
-    from urllib.parse import urlsplit, urlunsplit
-
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

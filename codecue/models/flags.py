@@ -1,4 +1,4 @@
-"""The model flags every command that runs a model takes, and the :class:`ModelConfig` they make.
+"""The model flags every command that runs a model takes, and the :class:`CompletionConfig` they make.
 
 They live with the configuration rather than with the commands so that the benchmarks (``codecue bench
 SUBCOMMAND``, a layer below the commands) build their parsers with the same flags.
@@ -9,10 +9,18 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from codecue.backends import BACKENDS
 from codecue.backends.cpu_class import CPU_CLASSES
-from codecue.models.config import BACKENDS, DRAFT_MODES, DRAFT_VOCABS, DTYPES, ModelConfig
+from codecue.models.config import (
+    DRAFT_MODES,
+    DRAFT_VOCABS,
+    DTYPES,
+    CompletionConfig,
+    DecodingSettings,
+    ModelChoice,
+)
 
-_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
+_DEFAULTS = {f.name: f.default for f in (*fields(ModelChoice), *fields(DecodingSettings))}
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, unset_is_none: bool = False) -> None:
@@ -54,7 +62,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, unset_is_none: bool 
                         "first text (a shorter prompt; default 400; 0: always the full prompt)")
 
 
-def config_from_args(args: argparse.Namespace) -> ModelConfig:
+def config_from_args(args: argparse.Namespace) -> CompletionConfig:
     """The configuration the flags ask for (the remote URL is chosen by the command: see ``--remote``)."""
 
     def given(name: str) -> object:
@@ -63,8 +71,9 @@ def config_from_args(args: argparse.Namespace) -> ModelConfig:
 
     mode = "none" if getattr(args, "no_speculation", False) else given("draft_mode")
     backend = given("backend")
-    return ModelConfig(target=args.target, draft=args.draft, backend="auto" if backend == "remote" else backend,
-                       draft_backend=args.draft_backend, dtype=given("dtype"), device=given("device"),
-                       draft_mode=mode, k=0 if mode == "none" else given("k"),
-                       min_confidence=given("min_confidence"), draft_vocab=given("draft_vocab"),
-                       first_text_ms=given("first_text_ms"))
+    models = ModelChoice(target=args.target, draft=args.draft, backend="auto" if backend == "remote" else backend,
+                         draft_backend=args.draft_backend, dtype=given("dtype"), device=given("device"))
+    decoding = DecodingSettings(draft_mode=mode, k=0 if mode == "none" else given("k"),
+                                min_confidence=given("min_confidence"), draft_vocab=given("draft_vocab"),
+                                first_text_ms=given("first_text_ms"))
+    return CompletionConfig(models, decoding)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from codecue.errors import ModelError
+from codecue.models.config import CompletionConfig
 from codecue.models.gguf_reader import check_gguf_header, read_gguf_header
 from codecue.models.provision import is_pulled, is_verified, model_path, partial_path, pull, verify
 from codecue.models.registry import DEFAULTS, REGISTRY, ModelSpec, Role, check_role
@@ -40,6 +41,30 @@ class ModelSource:
     path: Path
     name: str
     spec: ModelSpec | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A configuration with its models found and checked: the first step of loading, done once per load."""
+
+    config: CompletionConfig
+    target: ModelSource
+    draft: ModelSource | None  # None: no draft model is wanted (ngram or no drafting)
+
+
+def resolve_config(config: CompletionConfig, *, with_draft: bool | None = None) -> ResolvedConfig:
+    """Find and check the configured target, and the draft where one is wanted: by the decoding settings
+    (hybrid and model drafting load one), unless ``with_draft`` says otherwise."""
+    wanted = config.decoding.uses_draft_model if with_draft is None else with_draft
+    target = resolve_model(config.models.target, "target")
+    draft = resolve_model(config.models.draft, "draft") if wanted else None
+    return ResolvedConfig(config, target, draft)
+
+
+def derived_source(path: Path) -> ModelSource:
+    """A GGUF file made here from a resolved model (a weight layout re-quantized here), checked as any
+    GGUF file the user names is; its source was resolved already."""
+    return _resolve_gguf_file(path)
 
 
 def read_models_config() -> dict[str, Any]:

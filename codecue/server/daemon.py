@@ -26,7 +26,7 @@ from typing import Any
 
 from codecue import __version__
 from codecue.errors import CodeCueError
-from codecue.models.config import ModelConfig
+from codecue.models.config import CompletionConfig
 from codecue.paths import atomic_write_text
 from codecue.server.daemon_client import ensure_runtime_dir, lock_path, pid_path, socket_path
 from codecue.server.framing import STREAM_LIMIT
@@ -55,10 +55,10 @@ def peer_uid(writer: asyncio.StreamWriter) -> int | None:
 
 
 class Daemon:
-    def __init__(self, default_model: ModelConfig | None = None, idle_unload_s: float | None = 900.0,
+    def __init__(self, default_config: CompletionConfig | None = None, idle_unload_s: float | None = 900.0,
                  factory: CompleterFactory = load_completer) -> None:
-        self.default_model = default_model or ModelConfig()
-        self.worker = ModelWorker(self.default_model, factory, idle_unload_s)
+        self.default_config = default_config or CompletionConfig()
+        self.worker = ModelWorker(self.default_config, factory, idle_unload_s)
         self.sessions: set[CodeCueServer] = set()
         self.connections_total = 0
         self.started = time.time()
@@ -150,7 +150,7 @@ class Daemon:
                 first = await reader.readline()
             except ValueError:
                 return
-            model = self.default_model
+            config = self.default_config
             if first.startswith(b"{"):
                 try:
                     preamble = json.loads(first[:MAX_PREAMBLE_BYTES])
@@ -169,11 +169,11 @@ class Daemon:
                 if kind != "hello":
                     writer.write(b'{"error": "unknown preamble"}\n')
                     return
-                model = self.default_model.with_wire_values(preamble.get("model"))
+                config = self.default_config.with_wire_values(preamble.get("model"))
                 first = None
             if first == b"":
                 return
-            session = CodeCueServer(self.worker, model)
+            session = CodeCueServer(self.worker, config)
             self.sessions.add(session)
             await serve_session(session, reader, writer, first_line=first)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -187,9 +187,9 @@ class Daemon:
                 writer.close()
 
 
-def run_daemon(default_model: ModelConfig, idle_unload_s: float | None,
+def run_daemon(default_config: CompletionConfig, idle_unload_s: float | None,
                factory: CompleterFactory = load_completer) -> int:
-    daemon = Daemon(default_model, idle_unload_s, factory)
+    daemon = Daemon(default_config, idle_unload_s, factory)
     try:
         asyncio.run(daemon.serve())
     except AlreadyRunning as exc:

@@ -184,7 +184,7 @@ class InlineCompletions:
             _call_soon(loop, self._on_text, gen, text)
 
         job = GenerationJob(
-            model=server.model_config,
+            config=server.completion_config,
             prefix=request.prefix,
             suffix=request.suffix,
             extra_context=self._context(request.uri, request.language_id, request.prefix, request.suffix),
@@ -359,7 +359,7 @@ class InlineCompletions:
         doc = server.documents.get(uri)
         if doc is None or not doc.completable or (uri in self.active and self.active[uri].live):
             return
-        if server.worker.loaded != server.model_config:
+        if not server.worker.holds(server.completion_config):
             return  # opening a file does not load the models; the first completion does
         try:
             prefix, suffix = doc.split(line, character)
@@ -367,7 +367,7 @@ class InlineCompletions:
             return
         if self.warming is not None:
             self.warming.cancel()
-        self.warming = GenerationJob(model=server.model_config, prefix=prefix, suffix=suffix,
+        self.warming = GenerationJob(config=server.completion_config, prefix=prefix, suffix=suffix,
                                      extra_context=self._context(uri, doc.language_id, prefix, suffix),
                                      path=uri_to_path(uri),
                                      background=True, warm_only=True, label=f"warm {uri}")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from codecue.engine.fim import PromptBudget
     from codecue.engine.rounds import RoundRecord
     from codecue.engine.speculative import GenerationResult
-    from codecue.models.config import ModelConfig
+    from codecue.models.config import CompletionConfig, DecodingSettings
     from codecue.tuning.machine_costs import MachineCosts
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def _rebuild_error(module: str, name: str, message: str, fix: str | None) -> Bas
     return RuntimeError(f"{name}: {message}")
 
 
-def _load_factory(ref: str) -> Callable[[ModelConfig], Any]:
+def _load_factory(ref: str) -> Callable[[CompletionConfig], Any]:
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -128,14 +128,15 @@ class _Rounds:
             self._record = None
 
 
-def _child_main(conn: Connection, choice: ModelConfig, loader: str, cancelled_call: _CallNumber) -> None:
+def _child_main(conn: Connection, choice: CompletionConfig, loader: str, cancelled_call: _CallNumber) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when the child stops
     try:
         completer = _load_factory(loader)(choice)
     except BaseException as exc:  # noqa: BLE001 - reported to the server, which reports it to the editor
         conn.send(("error", *_portable_error(exc)))
         return
-    conn.send(("ready", {"runtime": completer.runtime, "budget": completer.budget, "names": completer.names}))
+    conn.send(("ready", {"runtime": completer.runtime, "budget": completer.budget, "names": completer.names,
+                         "decoding": completer.decoding}))
 
     while True:
         try:
@@ -156,9 +157,9 @@ def _child_main(conn: Connection, choice: ModelConfig, loader: str, cancelled_ca
                 conn.send(("done", None))
                 continue
             if command == "warm":
-                _, _, prefix, suffix, extra_context, path = message
+                _, _, prefix, suffix, extra_context, path, decoding = message
                 conn.send(("done", completer.warm_context(prefix, suffix, extra_context, path=path,
-                                                          cancelled=cancelled)))
+                                                          cancelled=cancelled, decoding=decoding)))
                 continue
             if command == "count":
                 conn.send(("done", completer.count_tokens(message[2])))
@@ -187,7 +188,7 @@ def _child_main(conn: Connection, choice: ModelConfig, loader: str, cancelled_ca
 class CompleterProcess:
     """A completer whose models live in a child process; see the module docstring."""
 
-    def __init__(self, choice: ModelConfig, loader: str = DEFAULT_LOADER) -> None:
+    def __init__(self, choice: CompletionConfig, loader: str = DEFAULT_LOADER) -> None:
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or locks inherited
         self._conn, child_conn = context.Pipe(duplex=True)
         # Calls are numbered; the child stops a call once this reaches its number. A number, not a flag
@@ -207,6 +208,7 @@ class CompleterProcess:
         self.runtime: str = reply[1]["runtime"]
         self.budget: PromptBudget = reply[1]["budget"]
         self.names: tuple[str, str | None] = reply[1]["names"]
+        self.decoding: DecodingSettings = reply[1]["decoding"]
 
     @property
     def pid(self) -> int | None:
@@ -303,8 +305,9 @@ class CompleterProcess:
         self._call("reset")
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
-                     path: str | None = None, cancelled: Callable[[], bool] | None = None) -> int:
-        return self._call("warm", prefix, suffix, tuple(extra_context), path, cancelled=cancelled)
+                     path: str | None = None, cancelled: Callable[[], bool] | None = None,
+                     decoding: DecodingSettings | None = None) -> int:
+        return self._call("warm", prefix, suffix, tuple(extra_context), path, decoding, cancelled=cancelled)
 
     def count_tokens(self, text: str) -> int:
         return self._call("count", text)
@@ -341,11 +344,11 @@ class CompleterProcess:
         self._conn.close()
 
 
-def child_process_factory(loader: str = DEFAULT_LOADER) -> Callable[[ModelConfig], CompleterProcess]:
+def child_process_factory(loader: str = DEFAULT_LOADER) -> Callable[[CompletionConfig], CompleterProcess]:
     """A worker factory that loads each model choice in a child process with ``loader``
     (``"module:function"``, called with the choice in the child)."""
 
-    def factory(choice: ModelConfig) -> CompleterProcess:
+    def factory(choice: CompletionConfig) -> CompleterProcess:
         return CompleterProcess(choice, loader)
 
     return factory

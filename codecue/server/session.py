@@ -20,9 +20,9 @@ from pygls.protocol.language_server import lsp_method
 from codecue import __version__ as codecue_version
 from codecue.context.chunks import ChunkPool
 from codecue.document import DocumentStore
-from codecue.engine.fim import PromptBudget
+from codecue.engine.fim import PromptBudget, prompt_budget
 from codecue.errors import CodeCueError
-from codecue.models.config import ModelConfig
+from codecue.models.config import CompletionConfig
 from codecue.server import inline_completion, lifecycle, stats, text_sync
 from codecue.server.context_hooks import ContextHooks
 from codecue.server.inline_completion import InlineCompletions
@@ -125,12 +125,12 @@ class CodeCueProtocol(LanguageServerProtocol):
 class CodeCueServer(LanguageServer):
     """One editor session."""
 
-    def __init__(self, worker: ModelWorker, model: ModelConfig | None = None, *,
+    def __init__(self, worker: ModelWorker, config: CompletionConfig | None = None, *,
                  require_token: str | None = None) -> None:
         super().__init__(name="codecue", version=codecue_version, protocol_cls=CodeCueProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.worker = worker
-        self.base_model = model or worker.default_model
+        self.base_config = config or worker.default_config
         self.require_token = require_token
         self.options = ServerOptions()
         self.documents = DocumentStore()
@@ -148,14 +148,14 @@ class CodeCueServer(LanguageServer):
 
     @property
     def prompt_budget(self) -> PromptBudget:
-        """The budget the worker's completer builds prompts with (the default until models are loaded)."""
-        completer = self.worker.completer
-        return completer.budget if completer is not None else PromptBudget()
+        """The budget this session's requests build prompts with."""
+        return prompt_budget(self.completion_config.decoding)
 
     @property
-    def model_config(self) -> ModelConfig:
-        """The session's models: the client's ``model`` option over the server's (or relay's) defaults."""
-        return self.base_model.with_models(self.options.model.target, self.options.model.draft)
+    def completion_config(self) -> CompletionConfig:
+        """The session's models and decoding: the client's ``model`` option over the server's (or relay's)
+        defaults."""
+        return self.base_config.with_models(self.options.model.target, self.options.model.draft)
 
     def show_message(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codecue.models.config import ModelConfig
+from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.server.worker import ModelWorker, load_completer
 
 MAX_HANG_S = 600.0
@@ -50,8 +50,8 @@ class ThrottledBackend:
 
 
 def throttled_factory(delay_s: float, hang_file: Path | None = None):
-    def factory(choice: ModelConfig):
-        completer = load_completer(choice)
+    def factory(config: CompletionConfig):
+        completer = load_completer(config)
         for seq in (completer.target, completer.draft):
             if seq is not None:
                 seq.backend = ThrottledBackend(seq.backend, delay_s, hang_file)
@@ -64,7 +64,7 @@ FORWARD_DELAY_ENV = "CODECUE_TEST_FORWARD_DELAY_MS"
 HANG_FILE_ENV = "CODECUE_TEST_HANG_FILE"
 
 
-def load_throttled_completer(choice: ModelConfig):
+def load_throttled_completer(choice: CompletionConfig):
     """:func:`throttled_factory`'s completer, configured by the environment (a model process's loader is
     named, not built: ``$CODECUE_TEST_FORWARD_DELAY_MS``, ``$CODECUE_TEST_HANG_FILE``)."""
     hang_file = os.environ.get(HANG_FILE_ENV)
@@ -99,9 +99,9 @@ class SegfaultingBackend(ThrottledBackend):
         return super().forward(token_ids, *args, **kwargs)
 
 
-def load_segfaulting_completer(choice: ModelConfig):
+def load_segfaulting_completer(config: CompletionConfig):
     """A completer whose target segfaults on prompts containing ``$CODECUE_TEST_SEGFAULT_MARKER``."""
-    completer = load_completer(choice)
+    completer = load_completer(config)
     marker = os.environ[SEGFAULT_MARKER_ENV]
     backend = SegfaultingBackend(completer.target.backend)
     completer.target.backend = backend
@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hang-file", type=Path, help="a forward pass blocks while this file exists")
     parser.add_argument("--segfault-on", metavar="MARKER")
     args = parser.parse_args(argv)
-    choice = ModelConfig(target=args.target, draft=args.draft, backend=args.backend, draft_mode=args.draft_mode,
-                         dtype=args.dtype)
+    config = CompletionConfig(ModelChoice(target=args.target, draft=args.draft, backend=args.backend, dtype=args.dtype),
+                              DecodingSettings(draft_mode=args.draft_mode))
     factory = throttled_factory(args.forward_delay_ms / 1000, args.hang_file) \
         if args.forward_delay_ms or args.hang_file else load_completer
     if args.segfault_on:
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ[SEGFAULT_MARKER_ENV] = args.segfault_on  # inherited by the model process
         factory = child_process_factory("codecue.server.testing:load_segfaulting_completer")
-    worker = ModelWorker(choice, factory, idle_unload_s=None)
+    worker = ModelWorker(config, factory, idle_unload_s=None)
     try:
         return asyncio.run(serve_stdio(CodeCueServer(worker)))
     finally:

@@ -5,7 +5,8 @@ asyncio loops never touch a model, so they keep reading messages (and cancellati
 generation runs. A job is cancelled by setting its flag; the engine polls it between speculative
 rounds, so a generation stops within one round (with the models in a child process, the cancel also
 sets the process's shared flag, which the child reads before each round). The models are loaded on the
-first job, swapped when a job asks for another pair, and unloaded after an idle timeout.
+first job, swapped when a job asks for other models (:meth:`~codecue.models.config.CompletionConfig.load_key`:
+a job's other decoding settings apply to that job on the models loaded), and unloaded after an idle timeout.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from codecue.engine.fim import prompt_budget
 from codecue.engine.postprocess import tidy_completion
 from codecue.engine.stops import StopRule
-from codecue.models.config import ModelConfig
+from codecue.models.config import CompletionConfig
 from codecue.server.model_process import ModelProcessCrashed
 from codecue.server.prompt import stable_prefix
 from codecue.tuning import KPolicy
@@ -42,28 +44,29 @@ log = logging.getLogger(__name__)
 REFINE_AFTER_S = 1.0
 
 
-CompleterFactory = Callable[[ModelConfig], "Completer"]
+CompleterFactory = Callable[[CompletionConfig], "Completer"]
 
 
-def load_completer(choice: ModelConfig) -> Completer:
-    """The default factory: resolve and load the pair, or connect to the remote server with the pair as
+def load_completer(config: CompletionConfig) -> Completer:
+    """The default factory: load the configured pair, or connect to the remote server with the pair as
     its fallback (heavy imports happen here, in the worker)."""
-    if choice.remote is not None:
+    if config.models.remote is not None:
         from codecue.remote_completion import RemoteCompleter
 
-        local = replace(choice, remote=None)
-        return RemoteCompleter.load(choice.remote, tokenizer_model=choice.target,  # type: ignore[return-value]
-                                    local_factory=lambda: load_completer(local))
+        local = replace(config, models=replace(config.models, remote=None))
+        remote = RemoteCompleter.load(config.models.remote, tokenizer_model=config.models.target,
+                                      budget=prompt_budget(config.decoding), local_factory=lambda: load_completer(local))
+        return remote  # type: ignore[return-value]
     from codecue.completion import Completer
 
-    return Completer.load(replace(choice))  # a copy: loading may adjust it (the runtime plan)
+    return Completer.load(config)
 
 
 @dataclass(eq=False)
 class GenerationJob:
     """One completion to generate. Callbacks run on the worker thread."""
 
-    model: ModelConfig
+    config: CompletionConfig  # the models it needs, and how it decodes with them
     prefix: str
     suffix: str
     extra_context: Sequence[tuple[str, str]] = ()
@@ -73,7 +76,7 @@ class GenerationJob:
     max_tokens: int = 64
     temperature: float = 0.0
     #: the cursor's language and context class: the K authority decides the draft depth from them once the
-    #: models are loaded (the first request too), unless the model configuration fixes K
+    #: models are loaded (the first request too), unless the decoding settings fix K
     language: str = ""
     context_class: str | None = None
     stop_rule: StopRule | None = None  # data: the predicate is made where the model runs
@@ -125,7 +128,7 @@ class ModelWorker:
 
     def __init__(
         self,
-        default_model: ModelConfig | None = None,
+        default_config: CompletionConfig | None = None,
         factory: CompleterFactory = load_completer,
         idle_unload_s: float | None = 900.0,
         reuse_cache: bool = True,
@@ -133,7 +136,7 @@ class ModelWorker:
         measure_costs: bool = True,
         k_policy: KPolicy | None = None,
     ) -> None:
-        self.default_model = default_model or ModelConfig()
+        self.default_config = default_config or CompletionConfig()
         self.factory = factory
         self.idle_unload_s = idle_unload_s if idle_unload_s and idle_unload_s > 0 else None
         self.reuse_cache = reuse_cache
@@ -150,7 +153,7 @@ class ModelWorker:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._completer: Completer | None = None
-        self._loaded: ModelConfig | None = None
+        self._loaded: CompletionConfig | None = None  # the configuration the models were loaded for
         self._running: GenerationJob | None = None
         self._refine: GenerationJob | None = None  # the last request, whose full prompt idle time warms
         self._interrupt_idle_work: Callable[[], None] | None = None  # cancels a measurement in a model process
@@ -194,8 +197,13 @@ class ModelWorker:
             self._running.cancel()
 
     @property
-    def loaded(self) -> ModelConfig | None:
+    def loaded(self) -> CompletionConfig | None:
         return self._loaded
+
+    def holds(self, config: CompletionConfig) -> bool:
+        """Whether the models ``config`` needs are loaded (its decoding settings may differ)."""
+        loaded = self._loaded
+        return self._completer is not None and loaded is not None and loaded.load_key() == config.load_key()
 
     @property
     def completer(self) -> Completer | None:
@@ -216,13 +224,14 @@ class ModelWorker:
             return self._k_policy
 
     def depth_for(self, job: GenerationJob) -> Depth:
-        """The job's draft depth: fixed by its model configuration, else the K authority's for the pair now
+        """The job's draft depth: fixed by its decoding settings, else the K authority's for the pair now
         loaded; K = 0 without an authority (a profile that cannot be read)."""
+        requested = job.config.decoding.k
         policy = self.k_policy
         if policy is None:
-            k = job.model.k or 0
+            k = requested or 0
             return Depth(k, k, "fixed by the configuration" if k else "no K policy")
-        return policy.depth_for(job.language, job.context_class, requested=job.model.k)
+        return policy.depth_for(job.language, job.context_class, requested=requested)
 
     def save_learned_k(self) -> bool:
         """Keep what the K policy learned (per-class acceptance, K) in the user's profile, so that the next
@@ -242,7 +251,7 @@ class ModelWorker:
             return {
                 "modelsLoaded": self._completer is not None,
                 "model": self._loaded.to_json() if self._loaded else None,
-                "defaultModel": self.default_model.to_json(),
+                "defaultModel": self.default_config.to_json(),
                 "busy": self._running is not None,
                 "pending": len(self._queue),
                 "generations": self.generations,
@@ -316,14 +325,14 @@ class ModelWorker:
             self._running = job
             return job
 
-    def _ensure_loaded(self, choice: ModelConfig) -> Completer:
-        if self._completer is not None and self._loaded == choice:
+    def _ensure_loaded(self, config: CompletionConfig) -> Completer:
+        if self._completer is not None and self.holds(config):
             return self._completer
         with self._cond:
             self._unload_locked()
-        log.info("loading models %s", choice)
+        log.info("loading models %s", config)
         t0 = time.perf_counter()
-        completer = self.factory(choice)
+        completer = self.factory(config)
         log.info("models loaded in %.1f s", time.perf_counter() - t0)
         policy = self.k_policy
         if policy is not None:  # K from the costs measured here for exactly what is now served
@@ -333,7 +342,7 @@ class ModelWorker:
             except Exception as exc:  # noqa: BLE001
                 log.warning("K policy: could not price runtime %s: %s", completer.runtime, exc)
         with self._cond:
-            self._completer, self._loaded = completer, choice
+            self._completer, self._loaded = completer, config
             self._costs_ready = False
             self.loads += 1
         return completer
@@ -394,17 +403,19 @@ class ModelWorker:
                 if job.is_cancelled:
                     job.future.set_result(None)
                     continue
-                completer = self._ensure_loaded(job.model)
+                completer = self._ensure_loaded(job.config)
                 if job.is_cancelled:  # cancelled while the models loaded
                     job.future.set_result(None)
                     continue
                 if not self.reuse_cache:
                     completer.reset_caches()
-                prefix = stable_prefix(job.prefix, completer.budget)
+                decoding = job.config.decoding
+                budget = prompt_budget(decoding)
+                prefix = stable_prefix(job.prefix, budget)
                 if job.warm_only:
                     _link_cancel(job, completer)
                     completer.warm_context(prefix, job.suffix, job.extra_context, path=job.path,
-                                           cancelled=job.poll_cancelled)
+                                           cancelled=job.poll_cancelled, decoding=decoding)
                     job.future.set_result(None)
                     continue
                 depth = self.depth_for(job)
@@ -422,11 +433,12 @@ class ModelWorker:
                     on_text=job.on_text,
                     cancelled=job.poll_cancelled,
                     on_round=job.on_round,
+                    decoding=decoding,
                 )
                 self.generations += 1
                 shown = tidy_completion(result.text, job.prefix, job.suffix, result.stop_reason)
                 job.future.set_result(replace(result, text=shown) if shown != result.text else result)
-                if not job.background and completer.budget.first_text_ms:
+                if not job.background and budget.first_text_ms:
                     with self._cond:
                         self._refine = replace(job, background=True, warm_only=True, on_text=None, on_round=None,
                                                stop_rule=None, label=f"warm after {job.label}",
