@@ -45,25 +45,30 @@ def teacher_forced(path: Path, texts: list[str]) -> tuple[float, list[torch.Tens
     return nll, predictions, count
 
 
+def layout_quality(source: Path, layout: str) -> tuple[LayoutQuality, float, float]:
+    """``source`` re-quantized to ``layout`` against ``source`` over the held-out corpus: the quality record
+    and the two perplexities."""
+    texts = [path.read_text(encoding="utf-8") for path in corpus_files("heldout")]
+    nll_source, predicted_source, count = teacher_forced(source, texts)
+    nll, predicted, _ = teacher_forced(requantized(source, layout), texts)
+    same = sum(int((a == b).sum()) for a, b in zip(predicted_source, predicted, strict=True))
+    ppl_source, ppl = math.exp(nll_source / count), math.exp(nll / count)
+    return LayoutQuality(round(ppl / ppl_source, 4), round(same / count, 4), count), ppl_source, ppl
+
+
 def run(args: argparse.Namespace) -> int:
     source = resolve_model(args.target, "target")
-    files = corpus_files("heldout")
-    texts = [path.read_text(encoding="utf-8") for path in files]
-    nll_source, predicted_source, count = teacher_forced(source.path, texts)
-    ppl_source = math.exp(nll_source / count)
     rows = []
     for layout in args.layouts:
-        nll, predicted, _ = teacher_forced(requantized(source.path, layout), texts)
-        same = sum(int((a == b).sum()) for a, b in zip(predicted_source, predicted, strict=True))
-        ppl = math.exp(nll / count)
-        quality = LayoutQuality(round(ppl / ppl_source, 4), round(same / count, 4), count)
+        quality, ppl_source, ppl = layout_quality(source.path, layout)
         rows.append({"model": report_path(source.path), "layout": layout, "perplexity_source": round(ppl_source, 4),
                      "perplexity_derived": round(ppl, 4), "perplexity_ratio": quality.perplexity_ratio,
-                     "top1_agreement": quality.top1_agreement, "tokens": count,
+                     "top1_agreement": quality.top1_agreement, "tokens": quality.tokens,
                      "keeps_quality": quality.keeps_quality})
-        print(f"{source.path.name} as {layout.upper()}: perplexity {ppl_source:.4f} -> {ppl:.4f} over {count} "
-              f"tokens (x{quality.perplexity_ratio}), top-1 agreement {quality.top1_agreement:.2%}"
+        print(f"{source.path.name} as {layout.upper()}: perplexity {ppl_source:.4f} -> {ppl:.4f} over "
+              f"{quality.tokens} tokens (x{quality.perplexity_ratio}), top-1 agreement {quality.top1_agreement:.2%}"
               f"{'' if quality.keeps_quality else ', NOT within the quality bound'}")
     write_report(args.json_out, report_meta("layouts", args.typed_argv), {
-        "corpus": [report_path(path) for path in files], "tokens_per_file": TOKENS_PER_FILE, "summary": rows})
+        "corpus": [report_path(path) for path in corpus_files("heldout")], "tokens_per_file": TOKENS_PER_FILE,
+        "summary": rows})
     return 0
