@@ -17,16 +17,9 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "nvim"))
-from nvim_harness import NvimSession, find_nvim  # noqa: E402
+from harness.nvim import NvimSession
 
-NVIM, WHY_NO_NVIM = find_nvim()
-if NVIM is None:
-    print(f"SKIP tests/test_nvim_server.py: {WHY_NO_NVIM}", file=sys.stderr)
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(NVIM is None, reason=f"nvim unavailable: {WHY_NO_NVIM}"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("nvim_bin")]
 
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = "import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef main():\n    "
@@ -42,7 +35,7 @@ def serve_cmd(target: Path | str, draft: Path | str) -> list[str]:
 
 
 @pytest.fixture
-def start(tmp_path: Path, tiny_dirs: dict[str, Path]):
+def start(tmp_path: Path, tiny_dirs: dict[str, Path], nvim_bin: str):
     """start(setup=None, cmd=None) -> session on the tiny pair; closed after the test."""
     if importlib.util.find_spec("codecue.commands.serve") is None:
         pytest.fail("codecue.commands.serve is missing: `codecue serve` is not built")
@@ -56,7 +49,7 @@ def start(tmp_path: Path, tiny_dirs: dict[str, Path]):
             **(setup or {}),
         }
         session = NvimSession(
-            NVIM, config, tmp_path, extra_env={"CODECUE_CACHE_DIR": str(tmp_path / "cache")}
+            nvim_bin, config, tmp_path, extra_env={"CODECUE_CACHE_DIR": str(tmp_path / "cache")}
         )
         sessions.append(session)
         return session
