@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import math
 
 import pytest
 import torch
 
 from codecue.engine.acceptance import greedy_accept, logits_to_probs, one_hot_q, rejection_sample
+from harness.stats import chi_square_p_value
 
 
 def logits_with_argmax(tokens: list[int], vocab: int = 6) -> torch.Tensor:
@@ -67,14 +67,6 @@ def test_rejection_sample_rejects_impossible_tokens():
         assert rejection_sample(torch.tensor([0]), q, p, g) == (0, 1)
 
 
-def _chi_square_p_value(observed: list[int], expected: list[float]) -> float:
-    """Upper tail of the chi-square statistic (Wilson-Hilferty approximation; fine for df >= 10)."""
-    stat = sum((o - e) ** 2 / e for o, e in zip(observed, expected, strict=True) if e > 0)
-    df = sum(1 for e in expected if e > 0) - 1
-    z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
 def test_speculative_sampling_reproduces_target_joint_distribution():
     """Three tokens from a Markov-chain 'target' via drafted rounds of K=2 vs the exact joint."""
     vocab, steps = 4, 3
@@ -110,7 +102,7 @@ def test_speculative_sampling_reproduces_target_joint_distribution():
             prev = t
         expected.append(prob * n_samples)
     observed = [counts.get(o, 0) for o in outcomes]
-    assert _chi_square_p_value(observed, expected) > 0.001
+    assert chi_square_p_value(observed, expected) > 0.001
     tv = 0.5 * sum(abs(o - e) for o, e in zip(observed, expected, strict=True)) / n_samples
     assert tv < 0.03
 
@@ -122,4 +114,4 @@ def test_speculative_sampling_reproduces_target_joint_distribution():
             prev = int(torch.multinomial(q_table[prev], 1, generator=g))
             seq.append(prev)
         wrong[outcomes.index(tuple(seq))] += 1
-    assert _chi_square_p_value(wrong, expected) < 1e-6
+    assert chi_square_p_value(wrong, expected) < 1e-6

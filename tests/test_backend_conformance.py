@@ -3,7 +3,8 @@
 It runs once per backend available here, on tiny random-weight models built in the test: torch on a
 tiny HF directory, llama.cpp on the same weights converted to GGUF, exllamav2 (CUDA only) on the HF
 directory, and torch on CUDA. A backend that cannot run here is skipped with the reason (see it with
-``pytest -rs``). The GPU runtimes are marked ``gpu``: ``pytest -m gpu`` runs them alone (what
+``pytest -rs``), or fails where ``CODECUE_REQUIRE_REAL_MODELS`` is set; without a CUDA GPU the GPU
+runtimes always skip (harness.runtimes). The GPU runtimes are marked ``gpu``: ``pytest -m gpu`` runs them alone (what
 ``scripts/gpu_check.sh`` does on a GPU machine), on wider tiny models (head size 128, like the real 1.5B).
 
 Tolerances: a backend's multi-token evaluation and its one-token steps run different kernels (batched
@@ -24,6 +25,7 @@ import pytest
 import torch
 
 from codecue.backends.base import Backend, CachedSequence
+from harness.runtimes import need, need_hardware, need_llama_cpp
 
 # Rows of logits from two evaluations of the same positions agree within this (see the module docstring).
 ATOL = 1e-2
@@ -96,23 +98,20 @@ def _load_torch_cuda(models: dict[str, Path], role: str) -> Backend:
 
 def _load_llamacpp(models: dict[str, Path], role: str) -> Backend:
     from codecue.backends.llamacpp import LlamaCppBackend
-    from codecue.errors import BackendUnavailable
 
-    try:
-        return LlamaCppBackend.load(models[f"{role}_gguf"], n_ctx=1024)
-    except BackendUnavailable as exc:
-        pytest.skip(f"llama.cpp backend unavailable: {exc}")
+    need_llama_cpp()
+    return LlamaCppBackend.load(models[f"{role}_gguf"], n_ctx=1024)
 
 
 def _load_exllamav2(models: dict[str, Path], role: str) -> Backend:
+    problem = None
     try:
         import exllamav2  # noqa: F401
     except ImportError as exc:
-        pytest.skip(f"exllamav2 is not installed ({exc}); pip install 'codecue[cuda]'")
-    try:
-        from codecue.backends.exllamav2 import ExLlamaV2Backend
-    except ImportError as exc:
-        pytest.skip(f"codecue.backends.exllamav2 is not importable: {exc}")
+        problem = str(exc)
+    need(problem is None, f"exllamav2 is not installed ({problem}); pip install 'codecue[cuda]'")
+    from codecue.backends.exllamav2 import ExLlamaV2Backend  # with exllamav2 here, ours must import
+
     return ExLlamaV2Backend.load(models[f"{role}_dir"], max_seq_len=1024)
 
 
@@ -137,8 +136,8 @@ def backend_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="module")
 def loaded(backend_name: str, request: pytest.FixtureRequest) -> Iterator[dict[str, Backend]]:
     """Target, draft and a second copy of the target on one runtime, loaded once; tests reset them."""
-    if backend_name in GPU_RUNTIMES and not torch.cuda.is_available():
-        pytest.skip(f"{backend_name} needs a CUDA GPU; torch sees none")
+    if backend_name in GPU_RUNTIMES:
+        need_hardware(torch.cuda.is_available(), f"{backend_name} needs a CUDA GPU; torch sees none")
     load = LOADERS[backend_name]
     models = request.getfixturevalue(MODELS[backend_name])
     backends = {"target": load(models, "target"), "draft": load(models, "draft")}

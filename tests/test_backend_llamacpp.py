@@ -2,7 +2,8 @@
 
 Runs on the tiny random GGUF from :mod:`codecue.testing_gguf`, which holds the same weights as the tiny
 HF model, so llama.cpp can be checked against transformers directly. Tests that need the real default
-models are marked ``realmodels`` and skipped (with the reason) when the models are not pulled.
+models are marked ``realmodels``. Without llama.cpp or the models these tests skip, saying why, or fail
+where ``CODECUE_REQUIRE_REAL_MODELS`` is set (harness.runtimes.need).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from codecue.backends import llamacpp
 from codecue.errors import BackendUnavailable, CodeCueError, ModelError
 from codecue.testing import SPECIAL_TOKENS
-
-llamacpp = pytest.importorskip("codecue.backends.llamacpp")
+from harness.runtimes import need, need_hardware, need_llama_cpp
 
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
@@ -28,16 +29,7 @@ CORPUS = [
 ]
 
 
-def _llama_cpp_importable() -> str | None:
-    try:
-        llamacpp._load_lib()
-    except BackendUnavailable as exc:
-        return str(exc)
-    return None
-
-
-_unavailable = _llama_cpp_importable()
-needs_llama_cpp = pytest.mark.skipif(_unavailable is not None, reason=f"llama.cpp unavailable: {_unavailable}")
+needs_llama_cpp = pytest.mark.usefixtures("llama_cpp")
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +43,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def backend(tiny: dict[str, Path]):
-    if _unavailable is not None:
-        pytest.skip(f"llama.cpp unavailable: {_unavailable}")
+    need_llama_cpp()
     b = llamacpp.LlamaCppBackend.load(tiny["gguf"], n_ctx=256)
     yield b
     b.close()
@@ -269,8 +260,7 @@ def _real_model(role: str) -> Path:
     from codecue.models.registry import default_spec
 
     spec = default_spec(role)  # type: ignore[arg-type]
-    if not is_pulled(spec):
-        pytest.skip(f"the default {role} model is not pulled (codecue models pull)")
+    need(is_pulled(spec), f"the default {role} model is not pulled (codecue models pull)")
     return model_path(spec)
 
 
@@ -382,14 +372,14 @@ def _rows_probe(model: Path, rowwise_max: str | None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(_unavailable is not None, reason=_unavailable or "")
+@needs_llama_cpp
 def test_a_q4_0_verification_computes_each_row_as_a_one_token_step_on_amx(tmp_path):
     from codecue.backends.native_check import cpu_signature
     from codecue.models.requantize import requantized
     from codecue.testing_gguf import build_tiny_gguf
 
-    if "amx_int8" not in cpu_signature().split():
-        pytest.skip("the amx-verify-rows kernel is compiled for CPUs with AMX only; others never run it")
+    need_hardware("amx_int8" in cpu_signature().split(),
+                  "the amx-verify-rows kernel is compiled for CPUs with AMX only; others never run it")
     model = requantized(build_tiny_gguf(tmp_path / "tiny.gguf", seed=0, hidden_size=256), "q4_0")
     # A 6-token call's rows equal the one-token steps' rows bit for bit, on the patch's multi-row kernel as
     # on llama.cpp's own tiles (its path switched off): a wrong row, block or scale in the kernel would not.

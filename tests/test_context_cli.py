@@ -9,6 +9,7 @@ import pytest
 
 from codecue.cli import main
 from codecue.tuning import ClassProfile, Profile, default_profile, save_profile
+from harness.runtimes import need_llama_cpp
 
 
 @pytest.fixture(autouse=True)
@@ -91,7 +92,7 @@ def test_explain_shows_the_k_of_what_would_be_served(tmp_path: Path, private_con
                                                        monkeypatch) -> None:
     """explain's K is the K authority's for the pair the runtime plan would serve, with the costs measured
     here: 0 while nothing is measured; the profile's K once costs where drafting pays are recorded."""
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     from codecue.testing_gguf import build_tiny_gguf
     from codecue.tuning import CostModel
     from codecue.tuning.machine_costs import MachineCosts, store_machine_costs

@@ -222,7 +222,7 @@ class MarkovBackend(BackendBase):
 
 def test_generate_sampling_matches_target_distribution():
     """The whole loop (draft model proposer + rejection sampling + rollback) at temperature 0.8."""
-    from tests.test_acceptance import _chi_square_p_value
+    from harness.stats import chi_square_p_value
 
     vocab, steps, n = 4, 3, 6000
     g = torch.Generator().manual_seed(7)
@@ -244,12 +244,12 @@ def test_generate_sampling_matches_target_distribution():
         for t in o:
             prob, prev = prob * float(p[prev, t]), t
         expected.append(prob * n)
-    assert _chi_square_p_value([counts.get(o, 0) for o in outcomes], expected) > 0.001
+    assert chi_square_p_value([counts.get(o, 0) for o in outcomes], expected) > 0.001
 
 
 def test_deterministic_draft_in_sampling_mode_is_exact():
     """An n-gram draft (q one-hot) must not bias sampling either."""
-    from tests.test_acceptance import _chi_square_p_value
+    from harness.stats import chi_square_p_value
 
     vocab, n = 4, 6000
     g = torch.Generator().manual_seed(3)
@@ -267,7 +267,7 @@ def test_deterministic_draft_in_sampling_mode_is_exact():
         counts[r.tokens[0] * vocab + r.tokens[1]] += 1
     p = torch.softmax(p_logits, -1)
     expected = [float(p[2, a] * p[a, b]) * n for a in range(vocab) for b in range(vocab)]
-    assert _chi_square_p_value(counts, expected) > 0.001
+    assert chi_square_p_value(counts, expected) > 0.001
 
 
 def test_chunked_prefill_returns_the_same_rows_as_one_forward(tiny_dirs):

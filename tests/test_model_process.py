@@ -13,6 +13,7 @@ from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoic
 from codecue.server.model_process import ModelProcessCrashed, child_process_factory
 from codecue.server.testing import SEGFAULT_MARKER_ENV
 from codecue.server.worker import GenerationJob, ModelWorker
+from harness.runtimes import need_llama_cpp
 
 MARKER = "CRASH_THE_MODEL_PROCESS"
 
@@ -64,12 +65,13 @@ def test_the_stop_rule_and_cancellation_reach_the_model_process(segfaulting_work
 
 
 async def test_the_server_answers_a_crashed_request_with_an_error_and_serves_the_next(tiny_dirs, tmp_path):
-    from tests.test_server_e2e import RawClient, item_text, server_env
+    from harness.lsp import LspClient, item_text
+    from harness.server import server_env
 
     model = str(tiny_dirs["target"])
     argv = [sys.executable, "-m", "codecue.server.testing", "--target", model, "--draft", model,
             "--backend", "torch", "--segfault-on", MARKER]
-    client = await RawClient.start(argv, server_env(tmp_path))
+    client = await LspClient.start(argv, server_env(tmp_path))
     try:
         await client.initialize()
         client.open("file:///ok.py", "def add(a, b):\n    \n", "python")
@@ -86,7 +88,7 @@ async def test_the_server_answers_a_crashed_request_with_an_error_and_serves_the
             "textDocument": {"uri": "file:///ok.py"}, "position": {"line": 1, "character": 4},
             "context": {"triggerKind": 1}})
         assert item_text(again) == item_text(good)
-        assert client.process.returncode is None
+        assert client.alive
         assert await client.shutdown() == 0
     finally:
         await client.kill()
@@ -159,7 +161,7 @@ def test_wrong_logits_fail_the_comparison():
 
 
 def test_llamacpp_check_on_a_real_gguf_runs_once_per_model(check_cache, tmp_path, monkeypatch):
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     from codecue.backends import native_check
     from codecue.testing_gguf import build_tiny_gguf
 
@@ -178,7 +180,7 @@ def test_llamacpp_check_on_a_real_gguf_runs_once_per_model(check_cache, tmp_path
 
 
 def test_create_backend_uses_the_checked_layout(check_cache, tmp_path, monkeypatch, caplog):
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     from codecue.backends import create_backend, native_check
     from codecue.models.resolve import ModelSource
     from codecue.testing_gguf import build_tiny_gguf
@@ -197,7 +199,7 @@ def test_create_backend_uses_the_checked_layout(check_cache, tmp_path, monkeypat
 
 
 def test_the_faster_attention_kernel_is_measured_once_per_model_and_used(check_cache, tmp_path, monkeypatch):
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     from codecue.backends import create_backend, native_check
     from codecue.backends import llamacpp as llamacpp_module
     from codecue.models.resolve import ModelSource

@@ -11,20 +11,15 @@ extmark engine (what 0.10/0.11 use).
 
 from __future__ import annotations
 
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "nvim"))
-from nvim_harness import NvimSession, find_nvim, mock_server_cmd, nvim_version, read_log  # noqa: E402
+from harness.nvim import NvimSession, find_nvim, mock_server_cmd, nvim_version, read_log
 
-NVIM, WHY_NO_NVIM = find_nvim()
-if NVIM is None:
-    print(f"SKIP tests/test_nvim_client.py: {WHY_NO_NVIM}", file=sys.stderr)
-pytestmark = pytest.mark.skipif(NVIM is None, reason=f"nvim unavailable: {WHY_NO_NVIM}")
+NVIM, _ = find_nvim()  # for the engines to parametrize with; the nvim_bin fixture decides skip or fail
+pytestmark = pytest.mark.usefixtures("nvim_bin")
 
 SCRIPT = 'def add(a, b):\n    return a + b\n\n\ndef main():\n    print(add(1, 2))\n    s = "h\u00e9llo \U0001f600"\n    return s\n'
 MAX_CHARS = 40
@@ -49,7 +44,7 @@ def script_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start(tmp_path: Path, script_file: Path):
+def start(tmp_path: Path, script_file: Path, nvim_bin: str):
     """start(native=..., **mock_options) -> (session, server_log). Sessions are closed after the test."""
     sessions: list[NvimSession] = []
 
@@ -62,7 +57,7 @@ def start(tmp_path: Path, script_file: Path):
             "restart": {"delay_ms": 200, "max_delay_ms": 400, "max_attempts": 50},
             **(setup or {}),
         }
-        session = NvimSession(NVIM, config, tmp_path)
+        session = NvimSession(nvim_bin, config, tmp_path)
         sessions.append(session)
         return session, log
 
@@ -228,10 +223,8 @@ def test_an_answer_that_crosses_the_dismissal_stays_hidden(start, tmp_path, nati
     nvim.wait_for(lambda: nvim.visible() is None, "the suggestion dismissed")
     # ...then the answer arrives although the request was cancelled: nothing may come back on screen.
     nvim.wait_for(lambda: responses(log), "the server's answer")
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        assert nvim.visible() is None
-        time.sleep(0.05)
+    nvim.settle()  # the answer has reached the plugin, and what it scheduled has run
+    assert nvim.visible() is None
     assert nvim.lines() == [TYPED]
 
 
@@ -365,9 +358,8 @@ def test_toggle_off_sends_nothing_and_on_again_works(start, tmp_path, native):
     assert nvim.lua("return require('codecue').statusline()") == "CodeCue off"
     nvim.type("i" + TYPED)
     nvim.wait_for(lambda: nvim.lines() == [TYPED], "typed while off")
-    import time
-
-    time.sleep(1.0)  # room for a (wrong) request to be sent; asserted on below, not timed
+    nvim.settle()  # a (wrong) request the typing set off would have reached the server by now
+    assert [e for e in read_log(log) if e["event"] == "request"] == []
     assert nvim.visible() is None
     nvim.type("<Esc>")
     nvim.nvim.command("CodeCue toggle")

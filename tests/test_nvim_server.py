@@ -8,6 +8,7 @@ drawn must be what the server answered, it must grow while streaming, accepting 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import re
 import signal
@@ -17,16 +18,9 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "nvim"))
-from nvim_harness import NvimSession, find_nvim  # noqa: E402
+from harness.nvim import NvimSession
 
-NVIM, WHY_NO_NVIM = find_nvim()
-if NVIM is None:
-    print(f"SKIP tests/test_nvim_server.py: {WHY_NO_NVIM}", file=sys.stderr)
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(NVIM is None, reason=f"nvim unavailable: {WHY_NO_NVIM}"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("nvim_bin")]
 
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = "import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef main():\n    "
@@ -42,7 +36,7 @@ def serve_cmd(target: Path | str, draft: Path | str) -> list[str]:
 
 
 @pytest.fixture
-def start(tmp_path: Path, tiny_dirs: dict[str, Path]):
+def start(tmp_path: Path, tiny_dirs: dict[str, Path], nvim_bin: str):
     """start(setup=None, cmd=None) -> session on the tiny pair; closed after the test."""
     if importlib.util.find_spec("codecue.commands.serve") is None:
         pytest.fail("codecue.commands.serve is missing: `codecue serve` is not built")
@@ -56,7 +50,7 @@ def start(tmp_path: Path, tiny_dirs: dict[str, Path]):
             **(setup or {}),
         }
         session = NvimSession(
-            NVIM, config, tmp_path, extra_env={"CODECUE_CACHE_DIR": str(tmp_path / "cache")}
+            nvim_bin, config, tmp_path, extra_env={"CODECUE_CACHE_DIR": str(tmp_path / "cache")}
         )
         sessions.append(session)
         return session
@@ -105,14 +99,16 @@ def test_ghost_text_equals_the_servers_completion_and_grows_while_streaming(star
     assert server_answer(nvim) == text
     assert nvim.lines()[-1] == "    " + TYPED  # ghost text is not buffer text
 
-    # The stream that led to it: every drawn state a growing prefix, ending on the final text.
-    stream = [e for e in nvim.events() if e["source"] == "stream" and text.startswith(e["text"])]
+    # The stream of that request: the ghost text on screen grew while it streamed, each state extending the
+    # last, up to the final text.
+    stream = [e for e in nvim.events() if e["source"] == "stream" and e["request_id"] == final["request_id"]]
     drawn = [e["drawn"] for e in stream if e["drawn"] is not None]
     assert len(stream) >= 2, stream
     assert stream[-1]["done"] is True and stream[-1]["text"] == text
-    for shorter, longer in zip(drawn, drawn[1:], strict=False):
-        assert longer.startswith(shorter) and len(longer) >= len(shorter), drawn
-    assert len(set(drawn)) >= 2 or len(stream) >= 2
+    for shorter, longer in itertools.pairwise(drawn):
+        assert longer.startswith(shorter), drawn
+    assert len(set(drawn)) >= 2, f"the drawn ghost text never grew while streaming: {drawn}"
+    assert drawn[-1] == as_drawn(nvim, text), drawn
 
 
 def test_typing_on_cancels_the_stale_suggestion(start, tmp_path):

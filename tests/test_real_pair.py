@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.runtimes import need_llama_cpp
+
 pytestmark = [pytest.mark.realmodels, pytest.mark.slow]
 
 PREFIX = '''import json
@@ -28,7 +30,7 @@ def test_real_pair_speculative_greedy_equals_target_only(real_models, draft_back
     from codecue.models.config import CompletionConfig, ModelChoice
 
     if draft_backend == "llamacpp":
-        pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+        need_llama_cpp()
     c = Completer.load(CompletionConfig(ModelChoice(backend="torch", draft_backend=draft_backend, dtype="bfloat16")))
     prompt = c.build_prompt(PREFIX, SUFFIX)
     target_only = c.generate_ids(prompt, max_tokens=24, k=0)

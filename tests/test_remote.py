@@ -1,4 +1,4 @@
-"""The remote backend against a fault-injecting server on loopback (tests/fault_server.py).
+"""The remote backend against a fault-injecting server on loopback (tests/harness/fault_server.py).
 
 The completer-level tests drive :class:`RemoteCompleter` directly with the tiny tokenizer; the end-to-end
 tests run the real language server process (``codecue serve --in-process --remote URL``) and check that
@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -23,17 +20,14 @@ from codecue.backends.remote import RemoteError, RemoteSettings, choose_remote_u
 from codecue.errors import CodeCueError
 from codecue.remote_completion import RemoteCompleter
 from codecue.server.context_hooks import blank_line_stop
-from tests.fault_server import FaultServer, wait_until
+from harness.fault_server import FaultServer
+from harness.lsp import item_text
+from harness.remote import free_port, start_remote_server, write_config
+from harness.wait import until_sync
 
 KEY = "sk-test-0123456789abcdef-secret"
 FAST = {"connect_timeout": 1.0, "first_byte_timeout": 1.0, "read_timeout": 1.0}
 HANG_GUARD_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture()
@@ -194,7 +188,7 @@ def test_cancelling_closes_the_stream_within_one_token(fault, tiny_tokenizer):
     result = run_bounded(completer.complete, "x", "", max_tokens=200, cancelled=cancelled)
     assert result.stop_reason == "cancelled"
     assert result.stats.rounds == polls["at_cancel"] - 1  # no token was taken after the poll said stop
-    assert wait_until(lambda: fault.streams[-1].client_left, timeout=5)
+    until_sync(lambda: fault.streams[-1].client_left, timeout=5, what="the client to leave the stream")
     assert fault.streams[-1].sent < 20  # the server stopped sending long before its 200 tokens
 
 
@@ -217,43 +211,13 @@ def test_fallback_answers_with_the_local_model_and_retries_later(fault, tiny_tok
 E2E_TIMEOUT = 60
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_dirs) -> Path:
-    return tiny_dirs["target"]
-
-
-def write_config(tmp: Path, **remote) -> Path:
-    cfg = tmp / "cfg"
-    cfg.mkdir(exist_ok=True)
-    lines = ["[remote]"] + [f"{k} = {json.dumps(v)}" for k, v in remote.items()]
-    (cfg / "config.toml").write_text("\n".join(lines) + "\n")
-    return cfg
-
-
-async def start_server(model_dir: Path, url: str, cfg: Path, tmp: Path, *extra: str):
-    from tests.test_server_e2e import RawClient, in_process_cmd, server_env
-
-    env = server_env(tmp)
-    env["CODECUE_CONFIG_DIR"] = str(cfg)
-    env["CODECUE_TEST_KEY"] = KEY
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    argv = in_process_cmd(model_dir, "--remote", url, *extra)
-    argv.insert(argv.index("codecue.cli") + 1, "-vv")  # debug logs: the key must not be in them either
-    process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
-                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                                                   env=env, limit=1 << 24)
-    return RawClient(process)
-
-
 DOC = "def add(a, b):\n"
 
 
 @pytest.mark.slow
 async def test_lsp_failures_each_give_one_message_and_the_next_request_works(fault, model_dir, tmp_path):
-    from tests.test_server_e2e import item_text
-
     cfg = write_config(tmp_path, fallback="none", api_key_env="CODECUE_TEST_KEY", model="qwen-coder", **FAST)
-    client = await start_server(model_dir, fault.url, cfg, tmp_path)
+    client = await start_remote_server(model_dir, fault.url, cfg, tmp_path, key=KEY)
     try:
         await client.initialize({"maxTokens": 8})
         client.open("file:///a.txt", DOC)
@@ -278,7 +242,7 @@ async def test_lsp_failures_each_give_one_message_and_the_next_request_works(fau
         await client.shutdown()
     finally:
         await client.kill()
-    stderr = (await client.process.stderr.read()).decode()
+    stderr = client.stderr_text()
     assert "HTTP 401" in stderr  # the log has the failure (at -vv) ...
     assert KEY not in stderr  # ... and never the key
     assert fault.headers_seen[-1]["authorization"] == f"Bearer {KEY}"
@@ -286,11 +250,9 @@ async def test_lsp_failures_each_give_one_message_and_the_next_request_works(fau
 
 @pytest.mark.slow
 async def test_lsp_fallback_to_the_local_model(model_dir, tmp_path, make_completer):
-    from tests.test_server_e2e import item_text
-
     cfg = write_config(tmp_path, fallback="local", **FAST)
     url = f"http://127.0.0.1:{free_port()}"
-    client = await start_server(model_dir, url, cfg, tmp_path, "--draft-mode", "none")
+    client = await start_remote_server(model_dir, url, cfg, tmp_path, "--draft-mode", "none", key=KEY)
     try:
         await client.initialize({"maxTokens": 6})
         client.open("file:///a.txt", DOC)
@@ -309,17 +271,15 @@ async def test_lsp_fallback_to_the_local_model(model_dir, tmp_path, make_complet
 
 @pytest.mark.slow
 async def test_lsp_superseded_request_closes_its_stream(fault, model_dir, tmp_path):
-    from tests.test_server_e2e import item_text
-
     cfg = write_config(tmp_path, fallback="none", **FAST)
     fault.tokens = [f" t{i}" for i in range(100)]
     fault.token_delay = 0.1
-    client = await start_server(model_dir, fault.url, cfg, tmp_path)
+    client = await start_remote_server(model_dir, fault.url, cfg, tmp_path, key=KEY)
     try:
         await client.initialize({"maxTokens": 100})
         client.open("file:///a.txt", DOC)
         first = client.complete("file:///a.txt", 1, 0)
-        await asyncio.wait_for(_until(lambda: client.partials()), E2E_TIMEOUT)
+        await client.wait(client.partials, "streamed text", E2E_TIMEOUT)
         streamed_before = len(client.partials())
         fault.token_delay = 0.0
         fault.tokens = ["    pass\n"]
@@ -327,7 +287,7 @@ async def test_lsp_superseded_request_closes_its_stream(fault, model_dir, tmp_pa
         second = client.complete("file:///a.txt", 1, 1)
         assert item_text(await asyncio.wait_for(first, E2E_TIMEOUT)) == ""  # superseded: no items
         assert item_text(await asyncio.wait_for(second, E2E_TIMEOUT)) == "    pass"  # the newline is the document's
-        assert wait_until(lambda: fault.streams[0].client_left, timeout=10)
+        until_sync(lambda: fault.streams[0].client_left, timeout=10, what="the server to leave the stream")
         assert fault.streams[0].sent < 100 and not fault.streams[0].finished
         stats = await client.stats()
         assert stats["session"]["superseded"] == 1
@@ -337,7 +297,3 @@ async def test_lsp_superseded_request_closes_its_stream(fault, model_dir, tmp_pa
     finally:
         await client.kill()
 
-
-async def _until(predicate, step: float = 0.02):
-    while not predicate():
-        await asyncio.sleep(step)

@@ -15,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -30,8 +28,10 @@ from codecue.engine.postprocess import tidy_completion
 from codecue.remote_completion import request_body
 from codecue.server.context_hooks import blank_line_stop
 from codecue.server.prompt import stable_prefix
-from tests.test_remote import start_server, write_config
-from tests.test_server_e2e import item_text
+from harness.lsp import item_text
+from harness.remote import free_port, start_remote_server, write_config
+from harness.runtimes import need
+from harness.wait import until_sync
 
 pytestmark = [pytest.mark.realmodels, pytest.mark.slow]
 
@@ -40,19 +40,10 @@ TIMEOUT = 240
 MAX_TOKENS = 24
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def llama_server(real_models, tmp_path_factory):
-    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("sse_starlette") is None:
-        message = "llama-cpp-python's server extras are not installed (pip install 'llama-cpp-python[server]')"
-        if os.environ.get("CODECUE_REQUIRE_REAL_MODELS"):
-            pytest.fail(message)
-        pytest.skip(message)
+    need(importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("sse_starlette") is not None,
+         "llama-cpp-python's server extras are not installed (pip install 'llama-cpp-python[server]')")
     target, _ = real_models
     port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
@@ -62,19 +53,20 @@ def llama_server(real_models, tmp_path_factory):
              "--port", str(port), "--n_ctx", "2048", "--n_threads", str(min(2, os.cpu_count() or 1)),
              "--verbose", "False"], stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"llama_cpp.server exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            return httpx.get(f"{url}/v1/models", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {process.returncode}: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server did not start in {STARTUP_S} s: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
+        try:
+            until_sync(ready, STARTUP_S, "llama_cpp.server to answer", step=0.25)
+        except AssertionError:
+            pytest.fail(f"llama_cpp.server did not start in {STARTUP_S} s: {log.read_text()[-2000:]}")
         yield url, target
     finally:
         process.terminate()
@@ -100,7 +92,7 @@ async def test_streamed_lsp_completion_equals_the_servers_own(llama_server, tmp_
 
     url, target = llama_server
     cfg = write_config(tmp_path, fallback="none", first_byte_timeout=120.0, read_timeout=60.0)
-    client = await start_server(target.path, url, cfg, tmp_path)  # local models are never loaded
+    client = await start_remote_server(target.path, url, cfg, tmp_path)  # local models are never loaded
     try:
         await client.initialize({"maxTokens": MAX_TOKENS})
         client.open("file:///fib.txt", DOC)
@@ -136,16 +128,14 @@ async def test_streamed_lsp_completion_equals_the_servers_own(llama_server, tmp_
 async def test_superseded_request_closes_its_stream_within_one_token(llama_server, tmp_path):
     url, target = llama_server
     cfg = write_config(tmp_path, fallback="none", first_byte_timeout=120.0, read_timeout=60.0)
-    client = await start_server(target.path, url, cfg, tmp_path)
+    client = await start_remote_server(target.path, url, cfg, tmp_path)
     doc = "PRIMES = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, "
     try:
         await client.initialize({"maxTokens": 64})
         client.open("file:///primes.txt", doc)
-        first = client.complete("file:///primes.txt", 0, len(doc))
-        deadline = time.monotonic() + TIMEOUT
-        while not client.partials() and not first.done() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        assert client.partials() and not first.done(), "the first completion must still be streaming"
+        first = client.complete("file:///primes.txt", 0, len(doc), msg_id="first")
+        await client.wait(lambda: client.partials() or client.answers("first"), "streamed text", TIMEOUT)
+        assert client.partials() and not client.answers("first"), "the first completion must still be streaming"
         client.insert("file:///primes.txt", 2, 0, len(doc), "x")  # not what the model predicted
         second = client.complete("file:///primes.txt", 0, len(doc) + 1)
         assert item_text(await asyncio.wait_for(first, TIMEOUT)) == ""  # superseded: no items

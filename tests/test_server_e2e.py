@@ -17,183 +17,17 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
 from codecue.server.context_hooks import blank_line_stop
-from codecue.server.framing import encode_frame, read_frame
+from harness.lsp import LspClient, frame, item_text, utf16_len
+from harness.server import DOC, END, TIMEOUT, expected_text, in_process_cmd, server_env, throttled_cmd
+from harness.wait import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-TIMEOUT = 120  # seconds for any single wait; generous, these are hang guards, not timings
-
-DOC = "the quick brown fox\njumps over the lazy dog\n"  # tiny models complete line 1 without a blank line
-END = (1, len("jumps over the lazy dog"))
-
-
-def server_env(tmp: Path | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if tmp is not None:
-        env["CODECUE_RUNTIME_DIR"] = str(tmp / "rt")
-        env["CODECUE_CONFIG_DIR"] = str(tmp / "cfg")
-    return env
-
-
-def in_process_cmd(model_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "codecue.cli", "serve", "--in-process", "--target", str(model_dir),
-            "--draft", str(model_dir), "--backend", "torch", "--dtype", "float32", *extra]
-
-
-def throttled_cmd(model_dir: Path, delay_ms: int = 20) -> list[str]:
-    return [sys.executable, "-m", "codecue.server.testing", "--target", str(model_dir), "--draft", str(model_dir),
-            "--backend", "torch", "--forward-delay-ms", str(delay_ms)]
-
-
-class RawClient:
-    """A minimal JSON-RPC client over a server's stdio that records every message in arrival order."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-        self.events: list[dict[str, Any]] = []  # every message from the server, in order
-        self.futures: dict[Any, asyncio.Future[dict[str, Any]]] = {}
-        self.ids = itertools.count(1)
-        self.reader_task = asyncio.create_task(self._read())
-        self.closed = asyncio.Event()
-
-    @classmethod
-    async def start(cls, argv: list[str], env: dict[str, str] | None = None) -> RawClient:
-        process = await asyncio.create_subprocess_exec(*argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                       env=env or server_env(), limit=1 << 24)
-        return cls(process)
-
-    async def _read(self) -> None:
-        assert self.process.stdout is not None
-        try:
-            while True:
-                body = await read_frame(self.process.stdout)
-                if body is None:
-                    break
-                message = json.loads(body)
-                self.events.append(message)
-                if "method" not in message:
-                    future = self.futures.pop(message.get("id"), None)
-                    if future is not None and not future.done():
-                        future.set_result(message)
-                    elif message.get("id") is None:
-                        self.futures.setdefault("null", asyncio.get_running_loop().create_future())
-                        if not self.futures["null"].done():
-                            self.futures["null"].set_result(message)
-        finally:
-            self.closed.set()
-            for future in self.futures.values():
-                if not future.done():
-                    future.set_exception(ConnectionError("the server closed its stdout"))
-
-    def expect(self, msg_id: Any) -> asyncio.Future[dict[str, Any]]:
-        """A future for the response with this id, for a request sent with :meth:`send_raw`."""
-        future = asyncio.get_running_loop().create_future()
-        self.futures[msg_id] = future
-        return future
-
-    def close(self, uri: str) -> None:
-        self.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
-
-    def send_raw(self, data: bytes) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(data)
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.send_raw(encode_frame(message))
-
-    def notify(self, method: str, params: Any = None) -> None:
-        self.send({"jsonrpc": "2.0", "method": method, "params": params})
-
-    def request(self, method: str, params: Any = None, msg_id: Any = None) -> asyncio.Future[dict[str, Any]]:
-        msg_id = next(self.ids) if msg_id is None else msg_id
-        future = asyncio.get_running_loop().create_future()
-        self.futures[msg_id] = future
-        self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
-        return future
-
-    async def call(self, method: str, params: Any = None, msg_id: Any = None) -> dict[str, Any]:
-        return await asyncio.wait_for(self.request(method, params, msg_id), TIMEOUT)
-
-    async def next_null_id_response(self) -> dict[str, Any]:
-        future = self.futures.setdefault("null", asyncio.get_running_loop().create_future())
-        try:
-            return await asyncio.wait_for(future, TIMEOUT)
-        finally:
-            self.futures.pop("null", None)
-
-    async def initialize(self, options: dict[str, Any] | None = None) -> dict[str, Any]:
-        response = await self.call("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {
-            "textDocument": {"inlineCompletion": {"dynamicRegistration": False}}},
-            "initializationOptions": options})
-        self.notify("initialized", {})
-        return response
-
-    def open(self, uri: str, text: str, language: str = "plaintext", version: int = 1) -> None:
-        self.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language, "version": version,
-                                                              "text": text}})
-
-    def insert(self, uri: str, version: int, line: int, character: int, text: str) -> None:
-        at = {"line": line, "character": character}
-        self.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
-                                               "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]})
-
-    def replace_all(self, uri: str, version: int, text: str) -> None:
-        self.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
-                                               "contentChanges": [{"text": text}]})
-
-    def complete(self, uri: str, line: int, character: int, msg_id: Any = None) -> asyncio.Future[dict[str, Any]]:
-        return self.request("textDocument/inlineCompletion", {
-            "textDocument": {"uri": uri}, "position": {"line": line, "character": character},
-            "context": {"triggerKind": 2}}, msg_id)
-
-    async def stats(self) -> dict[str, Any]:
-        return (await self.call("codecue/stats", {}))["result"]
-
-    def partials(self, request_id: Any = None) -> list[dict[str, Any]]:
-        return [e["params"] for e in self.events if e.get("method") == "codecue/partialCompletion"
-                and (request_id is None or e["params"]["requestId"] == request_id)]
-
-    def messages(self, method: str) -> list[dict[str, Any]]:
-        return [e["params"] for e in self.events if e.get("method") == method]
-
-    async def shutdown(self) -> int:
-        await self.call("shutdown")
-        self.notify("exit")
-        return await asyncio.wait_for(self.process.wait(), TIMEOUT)
-
-    async def kill(self) -> None:
-        if self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-
-
-def item_text(response: dict[str, Any]) -> str | None:
-    """The one item's text, '' for no items, None for a null result."""
-    result = response["result"]
-    if result is None:
-        return None
-    if isinstance(result, dict):
-        result = result["items"]
-    assert len(result) <= 1
-    return result[0]["insertText"] if result else ""
-
-
-def utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_dirs) -> Path:
-    return tiny_dirs["target"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -207,30 +41,17 @@ def drafting_pays(model_dir):
     store_machine_costs(MachineCosts("torch", 1.0, 0.1, CostModel(0.05, 0.0)), str(model_dir), str(model_dir))
 
 
-@pytest.fixture()
-def completer(make_completer):
-    return make_completer()
-
-
-def expected_text(completer, text: str, line: int, character: int, max_tokens: int) -> str:
-    from codecue.document import split_at
-    from codecue.engine.postprocess import combine_stops, suffix_repeat_stop, tidy_completion
-
-    prefix, suffix = split_at(text, line, character)
-    stop = combine_stops(blank_line_stop, suffix_repeat_stop(prefix, suffix))
-    result = completer.complete(prefix, suffix, max_tokens=max_tokens, stop_predicate=stop)
-    return tidy_completion(result.text, prefix, suffix, result.stop_reason)
-
-
-# -- the main path, with pytest-lsp's client ------------------------------------------------------------------
+# -- the main path, decoded as a typed LSP client decodes it --------------------------------------------------
 
 
 async def test_inline_completion_matches_codecue_complete_and_streams(model_dir, tmp_path):
     """initialize -> didOpen -> inlineCompletion answers what `codecue complete` prints there; the partial
-    notifications arrive in order, each extending the last, and the last equals the final item."""
+    notifications arrive in order, each extending the last, and the last equals the final item. Every answer
+    is decoded with lsprotocol, the typed protocol that pygls' clients (and servers) use."""
     from lsprotocol import types
-    from pytest_lsp.client import make_test_lsp_client
+    from lsprotocol.converters import get_converter
 
+    typed = get_converter()
     source = tmp_path / "doc.txt"
     source.write_text(DOC)
     cli = subprocess.run([sys.executable, "-m", "codecue.cli", "complete", str(source), "--line", str(END[0]),
@@ -242,28 +63,23 @@ async def test_inline_completion_matches_codecue_complete_and_streams(model_dir,
     # The server stops at a blank line where there is no grammar; the CLI does not. Here there is none.
     assert cli_text and blank_line_stop(cli_text) is None
 
-    client = make_test_lsp_client()
-    partials: list[dict[str, Any]] = []
-    client.feature("codecue/partialCompletion")(lambda params: partials.append(_plain(params)))
-    await client.start_io(*in_process_cmd(model_dir), env=server_env(tmp_path))
+    client = LspClient(in_process_cmd(model_dir), server_env(tmp_path))
     try:
-        result = await asyncio.wait_for(client.initialize_session(types.InitializeParams(
-            capabilities=types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(
-                inline_completion=types.InlineCompletionClientCapabilities())),
-            initialization_options={"maxTokens": 16})), TIMEOUT)
+        result = typed.structure(await client.initialize({"maxTokens": 16}), types.InitializeResponse).result
         assert result.capabilities.inline_completion_provider is not None
         assert result.capabilities.position_encoding == types.PositionEncodingKind.Utf16
         assert result.capabilities.text_document_sync.change == types.TextDocumentSyncKind.Incremental
         uri = source.as_uri()
-        client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
-            uri=uri, language_id="plaintext", version=1, text=DOC)))
-        items = await asyncio.wait_for(client.text_document_inline_completion_async(types.InlineCompletionParams(
-            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
-            text_document=types.TextDocumentIdentifier(uri), position=types.Position(*END))), TIMEOUT)
+        client.open(uri, DOC)
+        answer = await client.call("textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri}, "position": {"line": END[0], "character": END[1]},
+            "context": {"triggerKind": types.InlineCompletionTriggerKind.Invoked.value}})
+        items = typed.structure(answer, types.InlineCompletionResponse).result
         assert isinstance(items, list) and len(items) == 1
         assert items[0].insert_text == cli_text
         assert (items[0].range.start.line, items[0].range.start.character) == END
 
+        partials = client.partials()
         assert partials, "no codecue/partialCompletion notification arrived"
         texts = [p["text"] for p in partials]
         streamed = texts[:-1]  # then the done notification repeats the full text
@@ -275,9 +91,9 @@ async def test_inline_completion_matches_codecue_complete_and_streams(model_dir,
             (uri, 1, *END)}
         assert len({p["requestId"] for p in partials}) == 1
 
-        stats = _plain(await asyncio.wait_for(client.protocol.send_request_async("codecue/stats", {}), TIMEOUT))
-        same = _plain(await asyncio.wait_for(client.workspace_execute_command_async(
-            types.ExecuteCommandParams(command="codecue.stats")), TIMEOUT))
+        stats = await client.stats()
+        command = await client.call("workspace/executeCommand", {"command": "codecue.stats"})
+        same = typed.structure(command, types.ExecuteCommandResponse).result
         for answer in (stats, same):
             plain = answer["languages"]["plaintext"]
             assert plain["completions"] == 1 and plain["speculation"] is True
@@ -286,25 +102,9 @@ async def test_inline_completion_matches_codecue_complete_and_streams(model_dir,
             assert plain["acceptanceRate"] > 0.3
             assert set(plain) >= {"completions", "acceptanceRate", "ttftMs", "tpotMs", "tokensPerSecond", "speculation"}
             assert answer["total"]["completions"] == 1
-        await asyncio.wait_for(client.shutdown_session(), TIMEOUT)
+        assert await client.shutdown() == 0
     finally:
-        server = client._server  # pygls' client waits for the server to exit on its own; after a failure it won't
-        if server is not None and server.returncode is None:
-            await asyncio.sleep(1)
-            if server.returncode is None:
-                server.kill()
-        await asyncio.wait_for(client.stop(), TIMEOUT)
-
-
-def _plain(value: Any) -> Any:
-    """pygls' client turns untyped JSON objects into namedtuples; make them dicts again."""
-    if hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+        await client.kill()
 
 
 # -- a shared, unthrottled server -----------------------------------------------------------------------------
@@ -312,7 +112,7 @@ def _plain(value: Any) -> Any:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def fast_server(model_dir, tmp_path_factory):
-    client = await RawClient.start(in_process_cmd(model_dir), server_env(tmp_path_factory.mktemp("fast")))
+    client = await LspClient.start(in_process_cmd(model_dir), server_env(tmp_path_factory.mktemp("fast")))
     await client.initialize({"maxTokens": 16})
     yield client
     await client.kill()
@@ -389,7 +189,7 @@ async def test_incremental_and_full_sync_give_the_same_completions(fast_server, 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def slow_server(model_dir, tmp_path_factory):
-    client = await RawClient.start(throttled_cmd(model_dir), server_env(tmp_path_factory.mktemp("slow")))
+    client = await LspClient.start(throttled_cmd(model_dir), server_env(tmp_path_factory.mktemp("slow")))
     await client.initialize({"maxTokens": 80})
     yield client
     await client.kill()
@@ -466,19 +266,17 @@ async def test_cancel_request_stops_the_generation_within_one_round(slow_server,
         full = expected_text(completer, DOC, *END, max_tokens=80)
         assert len(completer.tokenizer.encode(full, add_special_tokens=False)) >= 70
         future = client.complete(uri, *END, msg_id="c1")
-        for _ in range(TIMEOUT * 20):
-            if client.partials("c1") or future.done():
-                break
-            await asyncio.sleep(0.05)
-        assert client.partials("c1") and not future.done()
+        await client.wait(lambda: client.partials("c1") or client.answers("c1"), "text streamed for c1")
+        assert client.partials("c1") and not client.answers("c1")
         client.notify("$/cancelRequest", {"id": "c1"})
         response = await asyncio.wait_for(future, TIMEOUT)
         assert response["error"]["code"] == -32800  # RequestCancelled
-        for _ in range(TIMEOUT * 20):
+
+        async def cancel_recorded() -> dict[str, Any] | None:
             stats = await client.stats()
-            if stats["session"]["lastCancel"] != before["session"]["lastCancel"]:
-                break
-            await asyncio.sleep(0.05)
+            return stats if stats["session"]["lastCancel"] != before["session"]["lastCancel"] else None
+
+        stats = await until(cancel_recorded, what="the cancel in the stats")
         cancel = stats["session"]["lastCancel"]
         assert cancel["stopReason"] == "cancelled" and cancel["roundsAfterCancel"] <= 1
         assert cancel["tokens"] < 80
@@ -495,7 +293,7 @@ async def test_cancel_request_stops_the_generation_within_one_round(slow_server,
 
 
 async def test_bad_input_gets_errors_and_the_server_keeps_serving(model_dir, tmp_path, completer):
-    client = await RawClient.start(in_process_cmd(model_dir), server_env(tmp_path))
+    client = await LspClient.start(in_process_cmd(model_dir), server_env(tmp_path))
     uri = "file:///ok.txt"
     state = {"text": DOC, "version": 1, "character": END[1]}
 
@@ -531,12 +329,11 @@ async def test_bad_input_gets_errors_and_the_server_keeps_serving(model_dir, tmp
         # Malformed JSON, non-objects, no "jsonrpc", junk headers, unknown methods.
         client.send_raw(b"Content-Length: 9\r\n\r\n{bad json")
         assert (await client.next_null_id_response())["error"]["code"] == -32700
-        client.send_raw(encode_frame(b"[1, 2, 3]"))
+        client.send_raw(frame(b"[1, 2, 3]"))
         assert (await client.next_null_id_response())["error"]["code"] == -32600
-        no_version = client.expect(77)
-        client.send_raw(encode_frame({"id": 77, "method": "codecue/stats"}))
-        assert (await asyncio.wait_for(no_version, TIMEOUT))["error"]["code"] == -32600
-        client.send_raw(b"X-Junk: yes\r\nnonsense\r\n" + encode_frame({"jsonrpc": "2.0", "method": "initialized"}))
+        client.send_raw(frame({"id": 77, "method": "codecue/stats"}))
+        assert (await client.response(77))["error"]["code"] == -32600
+        client.send_raw(b"X-Junk: yes\r\nnonsense\r\n" + frame({"jsonrpc": "2.0", "method": "initialized"}))
         assert (await client.call("codecue/doesNotExist", {}))["error"]["code"] == -32601
         client.notify("codecue/unknownNotification", {"x": 1})
         await still_serves()
@@ -614,30 +411,29 @@ async def test_tcp_needs_the_token_and_serves(model_dir, tmp_path):
         token_file = tmp_path / "rt" / f"tcp-{port}.token"
         assert token_file.read_text().strip() == token and (token_file.stat().st_mode & 0o777) == 0o600
 
-        async def session(sent_token: str) -> tuple[dict[str, Any], asyncio.StreamReader, asyncio.StreamWriter]:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(encode_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "capabilities": {}, "initializationOptions": {"token": sent_token, "maxTokens": 8}}}))
-            return json.loads(await asyncio.wait_for(read_frame(reader), TIMEOUT)), reader, writer
+        def session(sent_token: str) -> tuple[LspClient, asyncio.Task[dict[str, Any]]]:
+            client = LspClient.connect("127.0.0.1", port)
+            return client, client.request("initialize", {
+                "capabilities": {}, "initializationOptions": {"token": sent_token, "maxTokens": 8}})
 
-        refused, reader, writer = await session("wrong")
-        assert refused["error"]["code"] == -32600
-        assert await asyncio.wait_for(read_frame(reader), TIMEOUT) is None  # and the connection is closed
-        writer.close()
+        refused_client, refused = session("wrong")
+        try:
+            assert (await refused)["error"]["code"] == -32600
+            await refused_client.wait(lambda: refused_client.closed, "the connection to close")  # and it is,
+            assert refused_client.frames == 1  # with nothing after the refusal
+        finally:
+            await refused_client.kill()
 
-        accepted, reader, writer = await session(token)
-        assert "capabilities" in accepted["result"]
-        writer.write(encode_frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
-            "uri": "file:///t.txt", "languageId": "plaintext", "version": 1, "text": DOC}}}))
-        writer.write(encode_frame({"jsonrpc": "2.0", "id": 2, "method": "textDocument/inlineCompletion", "params": {
-            "textDocument": {"uri": "file:///t.txt"}, "position": {"line": END[0], "character": END[1]},
-            "context": {"triggerKind": 1}}}))
-        while True:
-            message = json.loads(await asyncio.wait_for(read_frame(reader), TIMEOUT))
-            if message.get("id") == 2:
-                break
-        assert message["result"] and message["result"][0]["insertText"]
-        writer.close()
+        client, accepted = session(token)
+        try:
+            assert "capabilities" in (await accepted)["result"]
+            client.open("file:///t.txt", DOC)
+            answer = await client.call("textDocument/inlineCompletion", {
+                "textDocument": {"uri": "file:///t.txt"}, "position": {"line": END[0], "character": END[1]},
+                "context": {"triggerKind": 1}})
+            assert answer["result"] and answer["result"][0]["insertText"]
+        finally:
+            await client.kill()
     finally:
         process.kill()
         await process.wait()
@@ -654,7 +450,7 @@ async def test_real_models_over_stdio(real_models, tmp_path):
     # <config dir>/profile.toml when it stops, and without it that landed in the user's real ~/.config/codecue.
     # Models resolve to the registry's default pair, as in the real_models fixture.
     env = server_env(tmp_path)
-    client = await RawClient.start([sys.executable, "-m", "codecue.cli", "serve", "--stdio"], env)
+    client = await LspClient.start([sys.executable, "-m", "codecue.cli", "serve", "--stdio"], env)
     try:
         await client.initialize({"maxTokens": 24})
         uri = "file:///fib.py"
@@ -686,12 +482,12 @@ async def test_accepting_a_suggestion_prefetches_the_next_one(fast_server, compl
         assert first
         before = await client.stats()
         client.insert(uri, 2, END[0], END[1], first)
-        now = before
-        for _ in range(400):  # bounded: at most ~20 s for the prefetch to finish
+
+        async def prefetch_done() -> dict[str, Any] | None:
             now = await client.stats()
-            if now["worker"]["generations"] > before["worker"]["generations"]:
-                break
-            await asyncio.sleep(0.05)
+            return now if now["worker"]["generations"] > before["worker"]["generations"] else None
+
+        now = await until(prefetch_done, what="the prefetch to finish")
         assert now["session"]["prefetched"] == before["session"]["prefetched"] + 1
         text_now = DOC.replace("dog", "dog" + first)
         cursor = text_now.index("dog") + 3 + len(first)
@@ -722,7 +518,7 @@ async def test_k_authority_decides_from_the_first_request_on(model_dir, tmp_path
             store_machine_costs(MachineCosts("torch", 80.0, 25.0, costs), str(model_dir), str(model_dir))
         finally:
             os.environ["CODECUE_MACHINE_COSTS"] = saved
-    client = await RawClient.start(in_process_cmd(model_dir), env)
+    client = await LspClient.start(in_process_cmd(model_dir), env)
     uri = "file:///config_reader.py"
     text = "import os\n\n\ndef read_config(path):\n    with open(path) as handle:\n        return han\n"
     try:

@@ -15,29 +15,23 @@ import tempfile
 
 import pytest
 
-from tests.test_daemon import _alive, _daemon_pid, relay_cmd, runtime, status  # noqa: F401 - runtime: a fixture
-from tests.test_server_e2e import (
+from harness.lsp import LspClient, item_text
+from harness.server import (
     DOC,
     END,
     TIMEOUT,
-    RawClient,
+    daemon_pid,
+    daemon_status,
     expected_text,
     in_process_cmd,
-    item_text,
+    pid_alive,
+    relay_cmd,
     server_env,
     throttled_cmd,
 )
+from harness.wait import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-async def _until(predicate, what: str, timeout: float = TIMEOUT):
-    for _ in range(int(timeout * 10)):
-        value = await predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # -- a hung backend call: the watchdog ------------------------------------------------------------------
@@ -45,7 +39,7 @@ async def _until(predicate, what: str, timeout: float = TIMEOUT):
 
 async def test_a_hung_backend_call_is_answered_by_the_watchdog_and_the_server_recovers(tiny_dirs, tmp_path, make_completer):
     hang = tmp_path / "hang"
-    client = await RawClient.start([*throttled_cmd(tiny_dirs["target"], 0), "--hang-file", str(hang)],
+    client = await LspClient.start([*throttled_cmd(tiny_dirs["target"], 0), "--hang-file", str(hang)],
                                    server_env(tmp_path))
     uri = "file:///hung.txt"
     try:
@@ -53,7 +47,7 @@ async def test_a_hung_backend_call_is_answered_by_the_watchdog_and_the_server_re
         client.open(uri, DOC)
         expected = expected_text(make_completer(), DOC, *END, max_tokens=16)
         await client.complete(uri, *END)  # loads the models (which may take longer than the timeout)
-        await _until(_models_loaded(client), "the models to load")
+        await until(_models_loaded(client), what="the models to load")
         assert item_text(await client.complete(uri, *END)) == expected
 
         hang.touch()  # every forward pass now blocks: the backend call hangs
@@ -76,7 +70,7 @@ async def test_a_hung_backend_call_is_answered_by_the_watchdog_and_the_server_re
         await client.kill()
 
 
-def _models_loaded(client: RawClient):
+def _models_loaded(client: LspClient):
     async def loaded() -> bool:
         return (await client.stats())["worker"]["modelsLoaded"]
 
@@ -93,7 +87,7 @@ async def test_model_file_damaged_before_a_reload_gives_a_clear_error_and_servin
     shutil.copytree(tiny_dirs["target"], model)
     weights = model / "model.safetensors"
     good = weights.read_bytes()
-    client = await RawClient.start(in_process_cmd(model, "--idle-timeout", "4"), server_env(tmp_path))
+    client = await LspClient.start(in_process_cmd(model, "--idle-timeout", "4"), server_env(tmp_path))
     uri = "file:///m.txt"
     expected = expected_text(make_completer(), DOC, *END, max_tokens=16)
     # A spot no request has asked about yet: the answer cannot come from the server's completion cache,
@@ -120,7 +114,7 @@ async def test_model_file_damaged_before_a_reload_gives_a_clear_error_and_servin
             # Truncated under the loaded model: the memory-mapped weights past the new end fault (SIGBUS)
             # when the idle-time cost measurement touches them; that kills only the model process.
             weights.write_bytes(good[: len(good) // 3])
-        await _until(unloaded, "the unload")
+        await until(unloaded, what="the unload")
         client.insert(uri, 4, *END, "!")
         failed = await client.complete(uri, *at_edit)
         assert "error" in failed, failed
@@ -209,14 +203,14 @@ async def test_an_unwritable_config_dir_does_not_stop_the_server(tiny_dirs, tmp_
     blocked = tmp_path / "cfg-is-a-file"
     blocked.write_text("not a directory\n")
     env["CODECUE_CONFIG_DIR"] = str(blocked)
-    client = await RawClient.start(in_process_cmd(tiny_dirs["target"], "--idle-timeout", "2"), env)
+    client = await LspClient.start(in_process_cmd(tiny_dirs["target"], "--idle-timeout", "2"), env)
     uri = "file:///w.py"
     try:
         await client.initialize({"maxTokens": 8})
         client.open(uri, "def add(a, b):\n    ", language="python")
         first = await client.complete(uri, 1, 4)
         assert "result" in first, first
-        await _until(lambda: _unloaded(client), "the idle unload (which saves the profile)")
+        await until(lambda: _unloaded(client), what="the idle unload (which saves the profile)")
         again = await client.complete(uri, 1, 4)
         assert item_text(again) == item_text(first)
         assert await client.shutdown() == 0
@@ -225,7 +219,7 @@ async def test_an_unwritable_config_dir_does_not_stop_the_server(tiny_dirs, tmp_
         await client.kill()
 
 
-async def _unloaded(client: RawClient) -> bool:
+async def _unloaded(client: LspClient) -> bool:
     worker = (await client.stats())["worker"]
     return worker["unloads"] >= 1 and not worker["modelsLoaded"]
 
@@ -235,21 +229,21 @@ async def _unloaded(client: RawClient) -> bool:
 
 @pytest.mark.usefixtures("runtime")
 async def test_daemon_killed_mid_generation_the_relay_answers_and_restarts_it(tiny_dirs, make_completer):
-    client = await RawClient.start(relay_cmd(tiny_dirs["target"]), server_env())
+    client = await LspClient.start(relay_cmd(tiny_dirs["target"]), server_env())
     uri = "file:///k.txt"
     completer = make_completer()
     try:
         await client.initialize({"maxTokens": 1024})
         client.open(uri, DOC)
-        old_pid = status()["pid"]
+        old_pid = daemon_status()["pid"]
         # Catch a generation in progress: text streamed, no answer yet. Freeze the daemon there and kill it.
         killed = None
         for attempt in range(5):
             msg_id = f"gen{attempt}"
             pending = client.complete(uri, *END, msg_id=msg_id)
-            await _until(lambda m=msg_id, p=pending: _streamed(client, m, p), "streamed text")
+            await client.wait(lambda m=msg_id: client.partials(m) or client.answers(m), "streamed text")
             os.kill(old_pid, signal.SIGSTOP)
-            if not pending.done():
+            if not client.answers(msg_id):
                 killed = pending
                 break
             os.kill(old_pid, signal.SIGCONT)
@@ -257,49 +251,42 @@ async def test_daemon_killed_mid_generation_the_relay_answers_and_restarts_it(ti
         os.kill(old_pid, signal.SIGKILL)
         answer = await asyncio.wait_for(killed, TIMEOUT)
         assert answer["error"]["code"] == -32603 and "daemon" in answer["error"]["message"]
-        await _until(lambda: _dead(old_pid), "the daemon to die")
+        await until(lambda: not pid_alive(old_pid), what="the daemon to die")
 
         # The next request starts a daemon, replays the session (with the edit below) and is served.
         client.insert(uri, 2, END[0], END[1], "?")
         text = DOC.replace("dog", "dog?")
         got = item_text(await client.complete(uri, END[0], END[1] + 1))
         assert got == expected_text(completer, text, END[0], END[1] + 1, max_tokens=1024)
-        new = status()
+        new = daemon_status()
         assert new["pid"] != old_pid and new["sessions"] == 1
         held = (await client.call("codecue/document", {"textDocument": {"uri": uri}}))["result"]
         assert held["text"] == text
         assert await client.shutdown() == 0
     finally:
-        pid = _daemon_pid()
-        if pid is not None and _alive(pid):
+        pid = daemon_pid()
+        if pid is not None and pid_alive(pid):
             os.kill(pid, signal.SIGCONT)
         await client.kill()
-
-
-async def _streamed(client: RawClient, msg_id: str, pending: asyncio.Future) -> bool:
-    return bool(client.partials(msg_id)) or pending.done()
-
-
-async def _dead(pid: int) -> bool:
-    return not _alive(pid)
-
 
 
 # -- shutdown while a generation runs ---------------------------------------------------------------------
 
 
 async def test_shutdown_during_a_generation_answers_both_requests_once_and_exits_cleanly(tiny_dirs, tmp_path):
-    client = await RawClient.start(throttled_cmd(tiny_dirs["target"], delay_ms=150), server_env(tmp_path))
+    client = await LspClient.start(throttled_cmd(tiny_dirs["target"], delay_ms=150), server_env(tmp_path))
     uri = "file:///s.txt"
     try:
         await client.initialize({"maxTokens": 64})
         client.open(uri, DOC)
-        for _ in range(3):
-            running = client.complete(uri, *END)
-            await asyncio.sleep(0.5)  # the generation is under way (each forward pass takes 150 ms)
-            if not running.done():
+        for attempt in range(3):
+            msg_id = f"run{attempt}"
+            running = client.complete(uri, *END, msg_id=msg_id)
+            # Under way: text streamed (each forward pass takes 150 ms), or already answered.
+            await client.wait(lambda m=msg_id: client.partials(m) or client.answers(m), "the generation to start")
+            if not client.answers(msg_id):
                 break
-        assert not running.done(), "the generation finished before the shutdown could race it"
+        assert not client.answers(msg_id), "the generation finished before the shutdown could race it"
         shutdown = await client.call("shutdown")
         assert shutdown.get("result", "missing") is None, shutdown  # answered without an error
         answer = await asyncio.wait_for(running, 30)
@@ -307,6 +294,6 @@ async def test_shutdown_during_a_generation_answers_both_requests_once_and_exits
         ids = [e.get("id") for e in client.events if "id" in e and "method" not in e]
         assert len(ids) == len(set(ids)), ids  # every request answered exactly once
         client.notify("exit")
-        assert await asyncio.wait_for(client.process.wait(), 30) == 0
+        assert await client.exited(30) == 0
     finally:
         await client.kill()

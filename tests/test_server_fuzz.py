@@ -12,8 +12,10 @@ sends them to one long-lived server process. The invariants, checked after every
   message) the document the server holds (``codecue/document``) equals the client's copy;
 - a valid completion request after any sequence is answered with items (or none), not an error.
 
-Bounded by default (a couple of minutes in CI). ``CODECUE_FUZZ_LONG=1`` runs at least 10,000 messages;
-``CODECUE_FUZZ_REPORT=path.json`` writes the counts (messages, exits, unanswered, malformed, ...).
+Bounded by default (a couple of minutes in CI). ``CODECUE_FUZZ_LONG=1`` runs at least 10,000 generated
+messages: only what Hypothesis generated counts, not the harness's own initialize, probes, resync padding
+or document checks. ``CODECUE_FUZZ_REPORT=path.json`` writes the counts (generated, exits, unanswered,
+malformed, ...).
 """
 
 from __future__ import annotations
@@ -23,9 +25,7 @@ import json
 import os
 import re
 import subprocess
-import threading
-import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,13 +35,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from codecue.server.framing import encode_frame
-from tests.test_server_e2e import in_process_cmd, server_env
+from harness.lsp import LspClient, frame
+from harness.server import in_process_cmd, server_env
 
 LONG = os.environ.get("CODECUE_FUZZ_LONG") == "1"
+# In long mode the generating tests send about 8,700 + 300 + 6,000 generated messages (about 6.2, 1 and 25 an
+# example, measured in CI mode), so the count clears 10,000 with room to spare.
 LONG_MIN_MESSAGES = 10_000
 WAIT_S = 120.0  # a hang guard for one answer, not a timing
-COUNTS: Counter[str] = Counter(dict.fromkeys(["messages", "requests", "unanswered", "answered_twice", "malformed", "exits"], 0))
+COUNTS: Counter[str] = Counter(dict.fromkeys(["generated", "requests", "unanswered", "answered_twice", "malformed",
+                                              "exits", "probes"], 0))
+GENERATING_TESTS = ("messages", "framing", "documents")
+RAN: set[str] = set()  # the generating tests that ran in this session
 
 
 def fuzz_settings(ci: int, long: int) -> settings:
@@ -50,136 +55,58 @@ def fuzz_settings(ci: int, long: int) -> settings:
                                            HealthCheck.data_too_large, HealthCheck.filter_too_much])
 
 
-# -- the server process, read by a thread -------------------------------------------------------------
+# -- the server process -------------------------------------------------------------------------------
 
 
-def _id_key(value: Any) -> tuple[str, Any]:
-    return (type(value).__name__, value)
-
-
-def well_formed_problem(message: Any) -> str | None:
-    """Why a message from the server breaks JSON-RPC 2.0, or None."""
-    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        return "not a JSON-RPC 2.0 object"
-    if "method" in message:
-        return None if isinstance(message["method"], str) else "method is not a string"
-    if "id" not in message:
-        return "a response without an id member"
-    msg_id = message["id"]
-    if not (msg_id is None or (isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool))):
-        return f"bad id {msg_id!r}"
-    if ("result" in message) == ("error" in message):
-        return "a response needs exactly one of result and error"
-    if "error" in message:
-        error = message["error"]
-        if not (isinstance(error, dict) and isinstance(error.get("code"), int) and isinstance(error.get("message"), str)):
-            return f"malformed error {error!r}"
-        if msg_id is None and error["code"] not in (-32700, -32600):
-            return f"a null id on error {error['code']}"
-    elif msg_id is None:
-        return "a result with a null id"
-    return None
-
-
-class ServerProcess:
-    """The server over stdio. A thread reads every frame it writes; answers are kept by id."""
+class Fuzzed:
+    """The server under fuzz, through the shared client; started again (by :func:`alive`) when an example
+    killed it. Generated input goes through :meth:`send_generated` and :meth:`call_generated`, the only
+    sends that ``counts["generated"]`` counts; the harness's own messages go to ``client`` directly."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.argv, self.env = argv, env
+        self.counts = COUNTS
         self.start()
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, env=self.env)
-        self.cond = threading.Condition()
-        self.answers: dict[tuple[str, Any], list[dict[str, Any]]] = defaultdict(list)
-        self.received: list[Any] = []
-        self.problems: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        self.ids = itertools.count(1)
+        """Start the server (again: the old process, dead or not, is reaped first) and initialize it."""
+        if hasattr(self, "client"):
+            self.client.kill_sync()
+        self.client = LspClient(self.argv, self.env, stderr=subprocess.DEVNULL)
+        self.problems_seen = 0
+        answer = self.call("initialize", {"processId": None, "rootUri": None, "capabilities": {},
+                                          "initializationOptions": {"maxTokens": 8}})
+        assert "result" in answer, answer
+        self.client.notify("initialized", {})
 
-    def _read(self) -> None:
-        out = self.process.stdout
-        assert out is not None
-        while True:
-            length = None
-            while True:
-                line = out.readline()
-                if not line:
-                    with self.cond:
-                        self.cond.notify_all()
-                    return
-                if line == b"\r\n":
-                    break
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            body = out.read(length) if length is not None else b""
-            try:
-                message = json.loads(body)
-            except ValueError:
-                message = None
-            with self.cond:
-                self.received.append(message)
-                problem = "an unframed or unparsable frame" if message is None else well_formed_problem(message)
-                if problem is not None:
-                    self.problems.append(f"{problem}: {body[:200]!r}")
-                elif "method" not in message:
-                    self.answers[_id_key(message["id"])].append(message)
-                self.cond.notify_all()
+    def call(self, method: str, params: Any) -> dict[str, Any]:
+        """A request of the harness's own, with an id no generated message uses."""
+        return self.client.call_sync(method, params, msg_id=f"harness-{next(_counter)}", timeout=WAIT_S)
 
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
+    def send_generated(self, data: bytes) -> None:
+        self.counts["generated"] += 1
+        self.client.send_raw(data)
 
-    def send(self, data: bytes, messages: int = 1) -> None:
-        COUNTS["messages"] += messages
-        assert self.process.stdin is not None
-        self.process.stdin.write(data)
-        self.process.stdin.flush()
+    def call_generated(self, method: str, params: Any) -> dict[str, Any]:
+        self.counts["generated"] += 1
+        return self.call(method, params)
 
-    def send_json(self, message: dict[str, Any]) -> None:
-        self.send(encode_frame(message))
-
-    def wait_answers(self, ids: list[Any], timeout: float = WAIT_S) -> list[Any]:
-        """Wait until every id has an answer; returns the ids still unanswered."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                missing = [i for i in ids if not self.answers.get(_id_key(i))]
-                if not missing or not self.alive or time.monotonic() > deadline:
-                    return missing
-                self.cond.wait(0.2)
-
-    def call(self, method: str, params: Any = None) -> dict[str, Any]:
-        msg_id = f"call-{next(self.ids)}"
-        self.send_json({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
-        assert self.wait_answers([msg_id]) == [], f"{method} was not answered"
-        return self.answers[_id_key(msg_id)][0]
-
-    def notify(self, method: str, params: Any) -> None:
-        self.send_json({"jsonrpc": "2.0", "method": method, "params": params})
+    def new_problems(self) -> list[str]:
+        """What the server wrote out of protocol since the last look."""
+        problems = self.client.problems[self.problems_seen:]
+        self.problems_seen += len(problems)
+        return problems
 
     def stop(self) -> None:
-        if self.alive:
-            self.process.kill()
-        self.process.wait(30)
+        self.client.kill_sync()
 
 
 @pytest.fixture(scope="module")
 def server(tiny_dirs, tmp_path_factory):
-    proc = ServerProcess(in_process_cmd(tiny_dirs["target"]), server_env(tmp_path_factory.mktemp("fuzz")))
-    _initialize(proc)
-    yield proc
-    proc.stop()
+    fuzzed = Fuzzed(in_process_cmd(tiny_dirs["target"]), server_env(tmp_path_factory.mktemp("fuzz")))
+    yield fuzzed
+    fuzzed.stop()
     _report()
-
-
-def _initialize(proc: ServerProcess) -> None:
-    answer = proc.call("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                      "initializationOptions": {"maxTokens": 8}})
-    assert "result" in answer, answer
-    proc.notify("initialized", {})
 
 
 def _report() -> None:
@@ -189,42 +116,40 @@ def _report() -> None:
         Path(path).write_text(json.dumps(counts, indent=2) + "\n")
 
 
-def alive(proc: ServerProcess) -> ServerProcess:
+def alive(fuzzed: Fuzzed) -> Fuzzed:
     """The server, restarted (and the exit counted) if an earlier example killed it, so Hypothesis can go
     on shrinking that example."""
-    if not proc.alive:
-        COUNTS["exits"] += 1
-        proc.start()
-        _initialize(proc)
-    return proc
+    if not fuzzed.client.alive:
+        fuzzed.counts["exits"] += 1
+        fuzzed.start()
+    return fuzzed
 
 
-def check_after(proc: ServerProcess, owed: list[Any], sent_ids: list[Any]) -> None:
+def check_after(fuzzed: Fuzzed, owed: list[Any], sent_ids: list[Any]) -> None:
     """The invariants after an example: alive, each owed id answered once, no id answered twice, every
     frame well formed, and a completion on a fresh document answered."""
-    missing = proc.wait_answers(owed)
-    probe_uri = f"file:///probe/{next(proc.ids)}.txt"
-    ok = proc.alive
-    if ok:
-        proc.notify("textDocument/didOpen", {"textDocument": {"uri": probe_uri, "languageId": probe_uri,
-                                                              "version": 1, "text": "def add(a, b):\n    "}})
-        completion = proc.call("textDocument/inlineCompletion", {
+    client, counts = fuzzed.client, fuzzed.counts
+    client.wait_sync(lambda: all(client.answers(i) for i in owed), WAIT_S)
+    missing = [i for i in owed if not client.answers(i)]
+    probe_uri = f"file:///probe/{next(_counter)}.txt"
+    completion: dict[str, Any] = {}
+    if client.alive:
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": probe_uri, "languageId": probe_uri,
+                                                                "version": 1, "text": "def add(a, b):\n    "}})
+        completion = fuzzed.call("textDocument/inlineCompletion", {
             "textDocument": {"uri": probe_uri}, "position": {"line": 1, "character": 4},
             "context": {"triggerKind": 1}})
-        proc.notify("textDocument/didClose", {"textDocument": {"uri": probe_uri}})
-        COUNTS["probes"] += 1
-    with proc.cond:
-        twice = [i for i in sent_ids if len(proc.answers.get(_id_key(i), ())) > 1]
-        problems = list(proc.problems)
-        proc.problems.clear()
-    COUNTS["requests"] += len(owed)
-    COUNTS["unanswered"] += len(missing)
-    COUNTS["answered_twice"] += len(twice)
-    COUNTS["malformed"] += len(problems)
-    if not proc.alive:
-        COUNTS["exits"] += 1
-        proc.start()
-        _initialize(proc)
+        client.notify("textDocument/didClose", {"textDocument": {"uri": probe_uri}})
+        counts["probes"] += 1
+    twice = [i for i in sent_ids if len(client.answers(i)) > 1]
+    problems = fuzzed.new_problems()
+    counts["requests"] += len(owed)
+    counts["unanswered"] += len(missing)
+    counts["answered_twice"] += len(twice)
+    counts["malformed"] += len(problems)
+    if not client.alive:
+        counts["exits"] += 1
+        fuzzed.start()
         raise AssertionError("the server process exited")
     assert not missing, f"requests never answered: {[str(i)[:60] for i in missing]}"
     assert not twice, f"requests answered more than once: {[str(i)[:60] for i in twice]}"
@@ -402,13 +327,18 @@ def outgoing(draw: st.DrawFn) -> Outgoing:
 
 
 @pytest.mark.slow
-@fuzz_settings(ci=60, long=1100)
+@fuzz_settings(ci=60, long=1400)
 @given(messages=st.lists(outgoing(), min_size=1, max_size=12))
 def test_fuzzed_messages_never_kill_or_silence_the_server(server, messages):
-    proc = alive(server)
+    RAN.add("messages")
+    send_messages(alive(server), messages)
+
+
+def send_messages(fuzzed: Fuzzed, messages: list[Outgoing]) -> None:
+    """One example: the generated messages, each in its own frame, then the invariants."""
     for message in messages:
-        proc.send(encode_frame(message.body))
-    check_after(proc, [i for m in messages for i in m.owed], [i for m in messages for i in m.ids])
+        fuzzed.send_generated(frame(message.body))
+    check_after(fuzzed, [i for m in messages for i in m.owed], [i for m in messages for i in m.ids])
 
 
 # -- bad framing --------------------------------------------------------------------------------------
@@ -433,10 +363,16 @@ def test_bad_framing_never_kills_the_server_and_it_resyncs(server, garbage):
     """Junk headers, wrong, missing and unreadable lengths, truncated bodies: the server stays up, and once
     the client has sent enough bytes to complete whatever length was declared (plus a line end), the next
     well-framed request is answered."""
-    proc = alive(server)
-    proc.send(garbage)
-    proc.send(b" " * (declared_total(garbage) + 8) + b"\r\n")
-    check_after(proc, [], [])
+    RAN.add("framing")
+    send_garbage(alive(server), garbage)
+
+
+def send_garbage(fuzzed: Fuzzed, garbage: bytes) -> None:
+    """One example: the generated bytes, the padding that completes any length they declared, then the
+    invariants."""
+    fuzzed.send_generated(garbage)
+    fuzzed.client.send_raw(b" " * (declared_total(garbage) + 8) + b"\r\n")
+    check_after(fuzzed, [], [])
 
 
 # -- documents: the server's copy equals the client's ---------------------------------------------------
@@ -495,7 +431,7 @@ def position_in(draw: st.DrawFn, doc: ClientDocument, past_end: bool = True) -> 
 
 
 class DocumentSync(RuleBasedStateMachine):
-    proc: ServerProcess  # set by the test
+    fuzzed: Fuzzed  # set by the test
 
     def __init__(self) -> None:
         super().__init__()
@@ -507,13 +443,13 @@ class DocumentSync(RuleBasedStateMachine):
     def open(self, text: str) -> None:
         self.doc = ClientDocument(text)
         # A language of its own: no other document joins its prompts.
-        self.proc.notify("textDocument/didOpen", {"textDocument": {"uri": self.uri, "languageId": f"sync-{self.uri}",
-                                                                   "version": 1, "text": text}})
+        self.fuzzed.send_generated(frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {
+            "textDocument": {"uri": self.uri, "languageId": f"sync-{self.uri}", "version": 1, "text": text}}}))
 
     def _send_changes(self, changes: list[dict[str, Any]]) -> None:
         self.version += 1
-        self.proc.notify("textDocument/didChange", {"textDocument": {"uri": self.uri, "version": self.version},
-                                                    "contentChanges": changes})
+        self.fuzzed.send_generated(frame({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": self.uri, "version": self.version}, "contentChanges": changes}}))
 
     @rule(data=st.data(), count=st.integers(1, 4))
     def edit(self, data: st.DataObject, count: int) -> None:
@@ -536,34 +472,63 @@ class DocumentSync(RuleBasedStateMachine):
     @rule(data=st.data())
     def complete(self, data: st.DataObject) -> None:
         line, character = data.draw(position_in(self.doc, past_end=False))
-        answer = self.proc.call("textDocument/inlineCompletion", {
+        answer = self.fuzzed.call_generated("textDocument/inlineCompletion", {
             "textDocument": {"uri": self.uri}, "position": {"line": line, "character": character},
             "context": {"triggerKind": 2}})
         assert isinstance(answer.get("result"), list), answer
 
     @invariant()
     def server_holds_the_clients_text(self) -> None:
-        held = self.proc.call("codecue/document", {"textDocument": {"uri": self.uri}})["result"]
+        held = self.fuzzed.call("codecue/document", {"textDocument": {"uri": self.uri}})["result"]
         assert held is not None and held["inSync"], held
         assert held["text"] == self.doc.text
         assert held["version"] == self.version
 
     def teardown(self) -> None:
-        self.proc.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
+        self.fuzzed.client.close(self.uri)
 
 
 @pytest.mark.slow
 def test_server_document_equals_the_clients_after_any_valid_edits(server):
-    DocumentSync.proc = alive(server)
+    RAN.add("documents")
+    DocumentSync.fuzzed = alive(server)
     run_state_machine_as_test(DocumentSync, settings=settings(
         fuzz_settings(ci=30, long=250), stateful_step_count=25))
-    assert server.alive
-    with server.cond:
-        assert not server.problems, server.problems
+    assert server.client.alive
+    problems = server.new_problems()
+    assert not problems, problems
 
 
-def test_long_mode_ran_enough_messages(server):
-    """Last in the module: in long mode, the run above must have sent at least 10,000 messages."""
-    if LONG:
-        assert COUNTS["messages"] >= LONG_MIN_MESSAGES, dict(COUNTS)
+def test_only_generated_messages_are_counted(server):
+    """The count the long mode is held to is of what Hypothesis generated: an example of three messages
+    and one of garbage count four, not the harness's initialize, probe completions and resync padding."""
+    fuzzed = alive(server)
+    fuzzed.counts, counts = Counter(), fuzzed.counts
+    try:
+        stats = Outgoing(json.dumps({"jsonrpc": "2.0", "id": "count-1", "method": "codecue/stats"}).encode(),
+                         ["count-1"], ["count-1"])
+        note = Outgoing(json.dumps({"jsonrpc": "2.0", "method": "codecue/unknownNote"}).encode(), [], [])
+        send_messages(fuzzed, [stats, note, Outgoing(b"{not json", [], [])])
+        send_garbage(fuzzed, b"Content-Length: 3\r\n")
+        fuzzed.counts["exits"] += 1  # a restart sends initialize and initialized again: not counted either
+        fuzzed.start()
+        assert fuzzed.counts["generated"] == 4, dict(fuzzed.counts)
+        assert fuzzed.counts["probes"] == 2 and fuzzed.counts["requests"] == 1
+    finally:
+        fuzzed.counts = counts
+
+
+def test_no_example_killed_silenced_or_garbled_the_server(server):
+    """After the examples above (last in the module but one): no exit, no request left unanswered, nothing
+    written out of protocol."""
     assert COUNTS["exits"] == 0 and COUNTS["unanswered"] == 0 and COUNTS["malformed"] == 0, dict(COUNTS)
+
+
+@pytest.mark.skipif(not LONG, reason="the 10,000-message count is the long mode's (CODECUE_FUZZ_LONG=1)")
+def test_long_mode_sent_enough_generated_messages(server):
+    """Last in the module: in long mode, the examples above generated at least 10,000 messages. Held to
+    only when every generating test ran in this session; a run that deselected some has no such count."""
+    not_run = [name for name in GENERATING_TESTS if name not in RAN]
+    if not_run:
+        pytest.skip(f"the long mode's count needs every generating test; these did not run: {not_run}")
+    assert COUNTS["generated"] >= LONG_MIN_MESSAGES, dict(COUNTS)

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from tests.test_daemon import relay_cmd, runtime, status  # noqa: F401 - runtime: a fixture
-from tests.test_server_e2e import TIMEOUT, RawClient, expected_text, item_text, server_env
+from harness.lsp import LspClient, item_text
+from harness.server import TIMEOUT, daemon_status, expected_text, relay_cmd, server_env
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -36,7 +36,7 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-async def type_and_complete(client: RawClient, n: int, deadline: float) -> dict:
+async def type_and_complete(client: LspClient, n: int, deadline: float) -> dict:
     """Type bursts of keystrokes, asking after each; returns what this client saw."""
     text = f"client {n} writes here\nvalue_{n} = "
     version = 1
@@ -69,7 +69,7 @@ async def test_four_sessions_typing_through_one_daemon(tiny_dirs, make_completer
     # Always the full prompt, here and in the reference completer below: the four sessions' documents take
     # turns in one cache, where a short first prompt would answer (correctly) something else.
     command = [*relay_cmd(tiny_dirs["target"]), "--first-text-ms", "0"]
-    clients = [await RawClient.start(command, server_env()) for _ in range(CLIENTS)]
+    clients = [await LspClient.start(command, server_env()) for _ in range(CLIENTS)]
     try:
         for client in clients:
             await client.initialize({"maxTokens": 8})
@@ -78,7 +78,7 @@ async def test_four_sessions_typing_through_one_daemon(tiny_dirs, make_completer
         warm.open("file:///warm.txt", "warm up\n", language="warm")
         await warm.complete("file:///warm.txt", 1, 0)
         warm.close("file:///warm.txt")
-        pid = status()["pid"]
+        pid = daemon_status()["pid"]
         rss_before = rss_mb(pid)
 
         deadline = time.monotonic() + SECONDS
@@ -107,7 +107,7 @@ async def test_four_sessions_typing_through_one_daemon(tiny_dirs, make_completer
                     joinable.append(start[len(typed):])
             assert got in joinable, (got, joinable)
         assert requests >= CLIENTS  # at least one burst each, however loaded the machine
-        worker = status()["worker"]
+        worker = daemon_status()["worker"]
         assert worker["loads"] == 1
         growth = rss_after - rss_before
         print(f"\nload: {CLIENTS} clients x {SECONDS:.0f} s, {requests} requests all answered; daemon RSS "

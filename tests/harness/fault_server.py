@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -170,12 +169,3 @@ class _Handler(BaseHTTPRequestHandler):
             record.client_left = True
             self.close_connection = True
 
-
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout`` passes (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()

@@ -22,10 +22,38 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = REPO / "editor_clients" / "nvim"
-INIT_LUA = Path(__file__).resolve().parent / "init.lua"
-MOCK_SERVER = Path(__file__).resolve().parent / "mock_server.py"
+INIT_LUA = REPO / "tests" / "nvim" / "init.lua"
+MOCK_SERVER = REPO / "tests" / "nvim" / "mock_server.py"
 MIN_VERSION = (0, 10)
 WAIT_S = float(os.environ.get("CODECUE_NVIM_WAIT_S", "90"))
+
+
+# The longest debounce: the plugin's own (debounce_ms) or that of Neovim's built-in inline completion, which
+# the native engine uses (200 ms in runtime/lua/vim/lsp/inline_completion.lua, Completor:automatic_request).
+_SETTLE_LUA = """
+_G.codecue_settled = _G.codecue_settled or {}
+local settled = _G.codecue_settled
+local token = #settled + 1
+settled[token] = false
+local codecue, compat = require('codecue'), require('codecue.compat')
+local wait_ms = math.max(200, codecue.engine and codecue.engine.debounce_ms or 0)
+vim.defer_fn(function()
+  local client = codecue._server.client()
+  if not client then
+    settled[token] = 'no server to settle with'
+    return
+  end
+  local function round_trip(left)
+    if left == 0 then
+      vim.schedule(function() settled[token] = true end)
+      return
+    end
+    compat.request(client, 'codecue/stats', {}, function() round_trip(left - 1) end, 0)
+  end
+  round_trip(2)
+end, wait_ms)
+return token
+"""
 
 
 def find_nvim() -> tuple[str | None, str]:
@@ -117,6 +145,17 @@ class NvimSession:
                     f"gave up waiting for {what} (last value {last!r}); {self.diagnostics()}"
                 )
             time.sleep(0.03)
+
+    def settle(self, timeout: float = WAIT_S) -> None:
+        """Return once what the editor had set in motion has played out, for a test that asserts something
+        did not happen: the debounce timers armed by typing have fired (Neovim runs timers in the order they
+        expire, and this one expires after the longest debounce), the server has read whatever they sent and
+        answered two requests sent after it (it starts handling a message before it reads the next), and
+        the plugin has handled everything the server wrote before those answers."""
+        token = self.lua(_SETTLE_LUA)
+        state = self.wait_for(lambda: self.lua("return _G.codecue_settled[...]", token), "the editor to settle",
+                              timeout)
+        assert state is True, state
 
     def diagnostics(self) -> str:
         try:
