@@ -43,8 +43,8 @@ def test_a_load_resolves_each_model_once_and_checks_each_file_once(served, gguf_
     if served == "speculative as shipped":
         store_machine_costs(MachineCosts("llamacpp", 80.0, 10.0, CHEAP), str(target), str(draft))
     else:  # the target re-quantized to Q4_0 steps twice as fast; no K pays with the shipped draft
-        monkeypatch.setattr(requantize, "MEASURED_QUALITY",
-                            {(target.name, "q4_0"): requantize.LayoutQuality(1.01, 0.95, 100)})
+        monkeypatch.setattr(requantize, "measured_quality",
+                            lambda: {(target.name, "q4_0"): requantize.LayoutQuality(1.01, 0.95, 100)})
         dear = CostModel(0.6, 0.7, (1.0, 1.9, 2.7, 3.4, 4.1))
         store_machine_costs(MachineCosts("llamacpp", 80.0, 10.0, dear), str(target), str(draft))
         derived = requantize.derived_path(target, "q4_0")

@@ -265,8 +265,9 @@ DEFAULT_VARIANTS = ["psm-mid/chunks", "psm-mid/none", "psm-mid/heads", "psm/chun
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", nargs="+", default=None,
-                        help="prompt variants LAYOUT/CONTEXT[/first] (psm|psm-mid|spm / none|heads|chunks; /first: "
-                             "the short prompt of a place the cache does not hold) or llama.vim (default: "
+                        help="prompt variants LAYOUT/CONTEXT[/first[@TOKENS]] (psm|psm-mid|spm / none|heads|chunks; "
+                             "/first: the short prompt of a place the cache does not hold, @TOKENS its window, default "
+                             "--first-tokens) or llama.vim (default: "
                              f"{' '.join(DEFAULT_VARIANTS)})")
     parser.add_argument("--languages", nargs="+", choices=LANGUAGES, help="project languages (default: all)")
     parser.add_argument("--per-language", type=int, default=26, help="points per language")
@@ -363,9 +364,14 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
                 on_record: Callable[[QualityRecord], None] | None = None,
                 first_tokens: int = FIRST_TOKENS) -> list[QualityRecord]:
     table = variants(first_tokens)
+    for name in names:  # LAYOUT/CONTEXT/first@N: the short prompt with a window of N new tokens
+        base, at, window = name.partition("@")
+        if at and base.endswith("/first") and window.isdigit() and int(window) > 0:
+            table[name] = variants(int(window))[base]
     unknown = [n for n in names if n not in table]
     if unknown:
-        raise CodeCueError(f"unknown quality variant(s) {unknown}", f"choose from {', '.join(table)}")
+        raise CodeCueError(f"unknown quality variant(s) {unknown}",
+                           f"choose from {', '.join(table)} (a /first variant may take @TOKENS)")
     stops = {p.name: stop_for(p) for p in points}
     records = []
     for name in names:
