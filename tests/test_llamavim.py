@@ -251,3 +251,17 @@ def test_the_quality_peer_scores_llama_vims_first_suggestion(tiny_server):
     assert PEER_NAME in PEER_VARIANTS
     assert [r.variant for r in records] == [PEER_NAME, PEER_NAME] and all(r.prompt_tokens > 100 for r in records)
     assert [r.point for r in records] == [p.name for p in points]
+
+
+def test_the_result_cache_keeps_the_most_recently_used_answers():
+    client = LlamaVimClient(settings=LlamaVimSettings(max_cache_keys=3))
+    requests = [client.fim_request([f"v{i} = "], 0, 5, "a.py") for i in range(2)]
+    client.remember(requests[0], "1")  # one hash each: a one-line prefix has no lines to trim
+    assert len(requests[0].hashes) == 1
+    client.remember(requests[1], "2")
+    assert client.cached(requests[0].hashes[0]) == "1"  # used: now the most recent
+    third = client.fim_request(["w = "], 0, 4, "a.py")
+    client.remember(third, "3")
+    fourth = client.fim_request(["u = "], 0, 4, "a.py")
+    client.remember(fourth, "4")  # the least recently used (requests[1]) leaves
+    assert client.cached(requests[1].hashes[0]) is None and client.cached(requests[0].hashes[0]) == "1"

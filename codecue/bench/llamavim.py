@@ -397,8 +397,8 @@ class LlamaVimClient:
 
     # -- the result cache (g:cache_data, LRU) ----------------------------------------------------------
     def remember(self, request: FimRequest, content: str) -> None:
-        for key in request.hashes:
-            if key not in self.cache and len(self.cache) > self.settings.max_cache_keys - 1:
+        for key in request.hashes:  # s:cache_insert: evicts the least recently used first, even on an update
+            if len(self.cache) > self.settings.max_cache_keys - 1:
                 self.cache.popitem(last=False)
             self.cache[key] = content
             self.cache.move_to_end(key)
