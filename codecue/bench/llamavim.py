@@ -31,7 +31,12 @@ The request, llama.vim's defaults:
   of the *name* ``"g:llama_config.model_fim"``, so it always sends the empty default), ``response_fields``.
 
 The server as llama.vim's README starts it for this model (``llama-server --fim-qwen-1.5b-default``):
-``-b 1024 -ub 1024 -c 0 --cache-reuse 256`` (:func:`llama_vim_server_config`).
+``-b 1024 -ub 1024 -c 0 --cache-reuse 256`` (:func:`llama_vim_server_config`). It renders the request
+(``format_prompt_infill``) as ``<|repo_name|>myproject``, ``<|file_sep|>filename`` + text per extra chunk,
+``<|file_sep|>filename``, then ``<|fim_prefix|>`` input_prefix + prompt ``<|fim_suffix|>`` input_suffix
+``<|fim_middle|>``: the ``prompt`` ends the prefix (its README shows it after ``<|fim_middle|>``). It keeps
+the last 768 prefix tokens (3/4 of the batch), the first 254 suffix tokens less the prompt's, and the last
+extra tokens that fit the context less a batch.
 
 What the bench changes, each said where it is used: ``top_k`` 1 where outputs are compared (greedy, so that
 exact match means the same as for CodeCue's greedy variants); ``n_predict`` the bench's token limit;

@@ -235,13 +235,16 @@ def llama_vim_prompt(tokenizer, point: QualityPoint, chunk_lines: int = 64, ring
     token budget as ours. An approximation: llama.vim's real request, sent to llama-server, is the
     ``llama-server/llama.vim`` variant (:func:`llama_vim_peer`).
 
-    llama.vim sends ``input_prefix`` (up to 256 lines before the cursor's line), ``input_suffix`` (the
-    rest of the line and up to 64 lines), ``prompt`` (the cursor's line up to the cursor) and
-    ``input_extra``: a ring buffer of up to 16 chunks of 64 lines from other buffers, oldest first,
-    chosen without regard to the cursor. The server renders ``<|repo_name|>myproject``, one
-    ``<|file_sep|>name`` entry per chunk, ``<|file_sep|>filename``, then PSM with ``prompt`` after
-    ``<|fim_middle|>``; it keeps the *last* tokens of the extra context, the last of the prefix and the
-    first of the suffix.
+    It takes ``input_prefix`` (up to 256 lines before the cursor's line), ``input_suffix`` (the rest of the
+    line and up to 64 lines), the cursor's line up to the cursor, and as extra context the other files cut
+    into 64-line chunks, the last 16 of them; rendered as ``<|repo_name|>myproject``, one ``<|file_sep|>name``
+    entry per chunk, ``<|file_sep|>filename``, then PSM with the cursor's line after ``<|fim_middle|>``,
+    keeping the *last* tokens of the extra context, the last of the prefix and the first of the suffix.
+    Where the real llama.vim and llama-server differ (kept, so earlier runs stay comparable): llama.vim's
+    chunks are up to 33 lines picked around the cursor of buffers it entered (:mod:`codecue.bench.llamavim`);
+    on a line of only whitespace it sends no indentation; llama-server puts ``prompt`` at the end of the
+    prefix, before ``<|fim_suffix|>`` (``format_prompt_infill``), and takes up to 768 prefix tokens, up to
+    254 suffix tokens less the ``prompt``'s, and whatever extra context fits its context window.
     """
     budget = PromptBudget(**QUALITY_BUDGET)
     chunks = []
