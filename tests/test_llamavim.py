@@ -265,3 +265,12 @@ def test_the_result_cache_keeps_the_most_recently_used_answers():
     fourth = client.fim_request(["u = "], 0, 4, "a.py")
     client.remember(fourth, "4")  # the least recently used (requests[1]) leaves
     assert client.cached(requests[1].hashes[0]) is None and client.cached(requests[0].hashes[0]) == "1"
+
+
+def test_a_streamed_answer_is_cut_where_the_servers_indentation_stop_cuts_a_whole_one():
+    from codecue.bench.llama_server import indent_cut
+
+    assert indent_cut("x = 1\n    y = 2\nz", 4) == "x = 1\n    y = 2\n"
+    assert indent_cut("x = 1\n  z", 4) == "x = 1\n  "  # the server keeps the line's whitespace
+    assert indent_cut("x = 1\n    z", 4) == "x = 1\n    z" and indent_cut("x = 1\nz", 0) == "x = 1\nz"
+    assert indent_cut("x = 1\n  ", 4) == "x = 1\n  "  # no character yet: no stop

@@ -112,6 +112,18 @@ def _flat_timings(answer: dict[str, Any]) -> dict[str, Any]:
     return timings
 
 
+def indent_cut(text: str, n_indent: int) -> str:
+    """``text`` as llama-server's ``n_indent`` stop leaves it: a last line indented less than ``n_indent`` cut
+    at its first other character. A streamed answer has already sent that line's start (the server cuts its
+    own text after streaming the token), so a streaming client cuts it as the whole answer would be cut."""
+    nl = text.rfind("\n")
+    if n_indent <= 0 or nl < 0:
+        return text
+    line = text[nl + 1:]
+    blank = len(line) - len(line.lstrip(" \t"))
+    return text[:nl + 1 + blank] if blank < len(line) and blank < n_indent else text
+
+
 class LlamaServer:
     """A llama-server process for one :class:`ServerConfig`, on loopback; a context manager."""
 
@@ -227,7 +239,10 @@ class LlamaServer:
             raise CodeCueError(f"llama-server ({self.config.label}) answered {exc.code}: "
                                f"{exc.read()[:300].decode(errors='replace')}") from None
         total_ms = (time.perf_counter() - start) * 1e3
-        return Infill("".join(content), tokens, _flat_timings(answer), str(answer.get("stop_type", "none")),
+        text = "".join(content)
+        if body.get("stream"):
+            text = indent_cut(text, int(body.get("n_indent", 0)))
+        return Infill(text, tokens, _flat_timings(answer), str(answer.get("stop_type", "none")),
                       total_ms, None if first is None else (first - start) * 1e3, answer)
 
     def close(self) -> None:
