@@ -8,6 +8,11 @@ the target with llama.cpp's n-gram speculation (``--spec-default``), on the ship
 CodeCue made. A point is
 one ``/completion`` request with CodeCue's own prompt token ids, greedy (``temperature`` 0, ``top_k`` 1),
 without prompt caching; time per token and to the first token are the server's own ``timings``.
+
+:meth:`LlamaServer.infill` sends an ``/infill`` request as a client builds it (llama.vim's, in
+:mod:`codecue.bench.llamavim`), streamed or not, and returns the text, the token ids, the server's timings
+(``cache_n``: prompt tokens reused from the slot's cache, ``prompt_n``: evaluated) and, streamed, when the
+first non-empty text arrived.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +80,48 @@ class Completion:
     drafted: int = 0
     accepted: int = 0
     raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Infill:
+    """An ``/infill`` answer: the text, and what the server said of the prompt and the decode."""
+
+    content: str
+    tokens: list[int]
+    timings: dict[str, Any]  # the server's: cache_n, prompt_n, prompt_ms, predicted_n, predicted_ms, ...
+    stop_type: str  # "eos", "limit" (n_predict, t_max_predict_ms, n_indent), "word", "none"
+    total_ms: float  # request sent -> whole answer read (what a non-streaming client waits)
+    first_content_ms: float | None = None  # streamed: request sent -> first non-empty text; None when none came
+    raw: dict[str, Any] = field(default_factory=dict)  # the final answer as sent (streamed: its last event)
+
+    @property
+    def cache_n(self) -> int:
+        """Prompt tokens the server took from its cache (the common prefix, and chunks reused by shifting)."""
+        return int(self.timings.get("cache_n", 0))
+
+    @property
+    def prompt_n(self) -> int:
+        """Prompt tokens the server evaluated for this request."""
+        return int(self.timings.get("prompt_n", 0))
+
+
+def _flat_timings(answer: dict[str, Any]) -> dict[str, Any]:
+    """The timings of an answer, whether whole (``timings``) or cut by ``response_fields`` (``timings/x``)."""
+    timings = dict(answer.get("timings") or {})
+    timings.update({key.split("/", 1)[1]: value for key, value in answer.items() if key.startswith("timings/")})
+    return timings
+
+
+def indent_cut(text: str, n_indent: int) -> str:
+    """``text`` as llama-server's ``n_indent`` stop leaves it: a last line indented less than ``n_indent`` cut
+    at its first other character. A streamed answer has already sent that line's start (the server cuts its
+    own text after streaming the token), so a streaming client cuts it as the whole answer would be cut."""
+    nl = text.rfind("\n")
+    if n_indent <= 0 or nl < 0:
+        return text
+    line = text[nl + 1:]
+    blank = len(line) - len(line.lstrip(" \t"))
+    return text[:nl + 1 + blank] if blank < len(line) and blank < n_indent else text
 
 
 class LlamaServer:
@@ -153,6 +200,50 @@ class LlamaServer:
                           tpot_ms=float(timings.get("predicted_per_token_ms", 0.0)), total_ms=total_ms,
                           drafted=int(timings.get("draft_n", 0)), accepted=int(timings.get("draft_n_accepted", 0)),
                           raw=timings)
+
+    def infill(self, body: dict[str, Any], *, stream: bool | None = None,
+               on_first_content: Callable[[float], None] | None = None) -> Infill:
+        """Send ``body`` to ``/infill`` (``stream`` overrides the body's); streamed, ``on_first_content`` gets
+        the :func:`time.perf_counter` time the first non-empty text arrived, in the calling thread."""
+        if stream is not None:
+            body = {**body, "stream": stream}
+        request = urllib.request.Request(self.url + "/infill", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        start = time.perf_counter()
+        first: float | None = None
+        content: list[str] = []
+        tokens: list[int] = []
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+                if not body.get("stream"):
+                    answer = json.loads(response.read())
+                    content.append(str(answer.get("content", "")))
+                    tokens += [int(t) for t in answer.get("tokens", [])]
+                else:
+                    answer = {}
+                    for line in response:  # server-sent events: "data: {...}" lines
+                        if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                            continue
+                        event = json.loads(line[6:])
+                        piece = str(event.get("content", ""))
+                        if piece and first is None:
+                            first = time.perf_counter()
+                            if on_first_content is not None:
+                                on_first_content(first)
+                        content.append(piece)  # the last event, with the timings, has none
+                        tokens += [int(t) for t in event.get("tokens", [])]
+                        answer = event
+                        if event.get("stop"):
+                            break
+        except urllib.error.HTTPError as exc:
+            raise CodeCueError(f"llama-server ({self.config.label}) answered {exc.code}: "
+                               f"{exc.read()[:300].decode(errors='replace')}") from None
+        total_ms = (time.perf_counter() - start) * 1e3
+        text = "".join(content)
+        if body.get("stream"):
+            text = indent_cut(text, int(body.get("n_indent", 0)))
+        return Infill(text, tokens, _flat_timings(answer), str(answer.get("stop_type", "none")),
+                      total_ms, None if first is None else (first - start) * 1e3, answer)
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -13,6 +13,13 @@ shown completion stops in the right place (exactly the one line that was removed
 
 Variants run one after another over all points (variant-major), so consecutive prompts of one variant
 share their beginning and the KV cache does the rest: the run measures quality, not speed.
+
+Two variants stand for llama.vim: ``codecue/llama.vim`` renders a llama.vim-shaped prompt within CodeCue's
+budget and decodes it on CodeCue's own backend; ``llama-server/llama.vim`` is the peer itself, llama.vim's
+request (:mod:`codecue.bench.llamavim`) sent to llama.cpp's llama-server started as llama.vim's README
+starts it, greedy (``top_k`` 1, else llama.vim's defaults), as the first suggestion at a new place: the
+project's other files opened before (their chunks in the ring), the request right after the file is
+opened at the point.
 """
 
 from __future__ import annotations
@@ -23,12 +30,22 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rapidfuzz.distance import Levenshtein
 
+from codecue.bench.llama_server import LlamaServer
+from codecue.bench.llamavim import (
+    PEER_NAME,
+    SERVER_N_CTX,
+    LlamaVimClient,
+    buffer_lines,
+    insertion,
+    llama_vim_server_config,
+)
 from codecue.bench.points import CORPUS_DIR, LANGUAGES, language_of
 from codecue.bench.report import format_quality_summary, report_meta, write_report
 from codecue.completion import Completer
@@ -214,15 +231,20 @@ def codecue_prompt(tokenizer, point: QualityPoint, layout: str, context: str, fi
 
 
 def llama_vim_prompt(tokenizer, point: QualityPoint, chunk_lines: int = 64, ring_chunks: int = 16) -> str:
-    """llama.vim's request as llama.cpp's ``/infill`` renders it, within the same token budget as ours.
+    """A llama.vim-style prompt for CodeCue's own backend (the ``codecue/llama.vim`` variant), within the same
+    token budget as ours. An approximation: llama.vim's real request, sent to llama-server, is the
+    ``llama-server/llama.vim`` variant (:func:`llama_vim_peer`).
 
-    llama.vim sends ``input_prefix`` (up to 256 lines before the cursor's line), ``input_suffix`` (the
-    rest of the line and up to 64 lines), ``prompt`` (the cursor's line up to the cursor) and
-    ``input_extra``: a ring buffer of up to 16 chunks of 64 lines from other buffers, oldest first,
-    chosen without regard to the cursor. The server renders ``<|repo_name|>myproject``, one
-    ``<|file_sep|>name`` entry per chunk, ``<|file_sep|>filename``, then PSM with ``prompt`` after
-    ``<|fim_middle|>``; it keeps the *last* tokens of the extra context, the last of the prefix and the
-    first of the suffix.
+    It takes ``input_prefix`` (up to 256 lines before the cursor's line), ``input_suffix`` (the rest of the
+    line and up to 64 lines), the cursor's line up to the cursor, and as extra context the other files cut
+    into 64-line chunks, the last 16 of them; rendered as ``<|repo_name|>myproject``, one ``<|file_sep|>name``
+    entry per chunk, ``<|file_sep|>filename``, then PSM with the cursor's line after ``<|fim_middle|>``,
+    keeping the *last* tokens of the extra context, the last of the prefix and the first of the suffix.
+    Where the real llama.vim and llama-server differ (kept, so earlier runs stay comparable): llama.vim's
+    chunks are up to 33 lines picked around the cursor of buffers it entered (:mod:`codecue.bench.llamavim`);
+    on a line of only whitespace it sends no indentation; llama-server puts ``prompt`` at the end of the
+    prefix, before ``<|fim_suffix|>`` (``format_prompt_infill``), and takes up to 768 prefix tokens, up to
+    254 suffix tokens less the ``prompt``'s, and whatever extra context fits its context window.
     """
     budget = PromptBudget(**QUALITY_BUDGET)
     chunks = []
@@ -255,20 +277,57 @@ def variants(first_tokens: int = FIRST_TOKENS) -> dict[str, Callable[[Any, Quali
                                           codecue_prompt(tok, p, layout, context))
             out[f"{layout}/{context}/first"] = (lambda tok, p, layout=layout, context=context:
                                                 codecue_prompt(tok, p, layout, context, first_tokens))
-    out["llama.vim"] = llama_vim_prompt
+    out[CODECUE_LLAMA_VIM] = llama_vim_prompt
     return out
 
 
-DEFAULT_VARIANTS = ["psm-mid/chunks", "psm-mid/none", "psm-mid/heads", "psm/chunks", "spm/chunks", "llama.vim",
-                    "psm-mid/chunks/first", "psm-mid/none/first"]
+#: the llama.vim-shaped prompt on CodeCue's backend; ``llama.vim`` was its name before the peer came
+CODECUE_LLAMA_VIM = "codecue/llama.vim"
+FORMER_VARIANTS = {"llama.vim": CODECUE_LLAMA_VIM}
+#: variants another program decodes (not CodeCue's completer): started by :func:`run` when asked for
+PEER_VARIANTS = (PEER_NAME,)
+DEFAULT_VARIANTS = ["psm-mid/chunks", "psm-mid/none", "psm-mid/heads", "psm/chunks", "spm/chunks", CODECUE_LLAMA_VIM,
+                    PEER_NAME, "psm-mid/chunks/first", "psm-mid/none/first"]
+#: llama-server's stop types as CodeCue's stop reasons (``limit``: n_predict, or a stop at a new line)
+SERVER_STOPS = {"eos": "eos", "limit": "max_tokens", "word": "stop"}
+
+
+def point_cursor(point: QualityPoint) -> tuple[list[str], int, int]:
+    """The point's document as buffer lines (the hole removed) and the cursor's row and character."""
+    row = point.prefix.count("\n")
+    return buffer_lines(point.prefix + point.suffix), row, len(point.prefix) - point.prefix.rfind("\n") - 1
+
+
+def llama_vim_peer(server: LlamaServer, max_tokens: int) -> Callable[[QualityPoint], QualityRecord]:
+    """The ``llama-server/llama.vim`` variant: each point as llama.vim's first suggestion at a new place. A
+    fresh llama.vim state per point: the project's other files opened (each entered at its first line, the
+    ring taking their chunks), then the point's file entered at the cursor (that chunk still queued) and
+    the automatic request there, greedy, ``n_predict`` = the bench's token limit. Scored like every
+    variant, on the text llama.vim would insert (:func:`~codecue.bench.llamavim.insertion`)."""
+
+    def run_point(point: QualityPoint) -> QualityRecord:
+        client = LlamaVimClient(server, greedy=True, n_predict=max_tokens, seed=point.name)
+        client.open_files(point.others)
+        lines, row, col = point_cursor(point)
+        client.buffer_entered(lines, row, point.path)
+        request = (client.fim_request(lines, row, col, point.path)
+                   or client.fim_request(lines, row, col, point.path, is_auto=False))  # the trigger key
+        assert request is not None  # a fresh client caches nothing
+        answer = client.send(request)
+        raw = insertion(answer.content, lines, row, col)
+        return score(point, PEER_NAME, raw, SERVER_STOPS.get(answer.stop_type, "eos"),
+                     answer.prompt_n + answer.cache_n, answer.total_ms)
+
+    return run_point
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", nargs="+", default=None,
                         help="prompt variants LAYOUT/CONTEXT[/first[@TOKENS]] (psm|psm-mid|spm / none|heads|chunks; "
                              "/first: the short prompt of a place the cache does not hold, @TOKENS its window, default "
-                             "--first-tokens) or llama.vim (default: "
-                             f"{' '.join(DEFAULT_VARIANTS)})")
+                             f"--first-tokens), {CODECUE_LLAMA_VIM} (a llama.vim-style prompt on CodeCue's backend) or "
+                             f"{PEER_NAME} (llama.vim's request to llama-server; needs it built: "
+                             f"scripts/build_llama_server.sh) (default: {' '.join(DEFAULT_VARIANTS)})")
     parser.add_argument("--languages", nargs="+", choices=LANGUAGES, help="project languages (default: all)")
     parser.add_argument("--per-language", type=int, default=26, help="points per language")
     parser.add_argument("--line-start-only", action="store_true",
@@ -288,28 +347,56 @@ def run(args: argparse.Namespace) -> int:
     what any K would give)."""
     points = select_points(project_points(languages=args.languages), args.per_language,
                            typed=not args.line_start_only)
-    names = args.variants or DEFAULT_VARIANTS
+    names = [FORMER_VARIANTS.get(n, n) for n in args.variants or DEFAULT_VARIANTS]
     config = config_from_args(args)
     config = replace(config, decoding=replace(config.decoding, draft_mode="none"))
     meta = report_meta("quality", args.typed_argv)
     started = time.perf_counter()
-    completer = Completer.load(config)
-    print(f"{len(points)} points ({sum(p.cross_file for p in points)} cross-file, "
-          f"{len({p.language for p in points})} languages) x {len(names)} variants on {completer.runtime}",
-          file=sys.stderr)
     records: list[QualityRecord] = []
+    with ExitStack() as resources:
+        peers = start_peers(config, names, args.max_tokens, resources, required=args.variants is not None)
+        names = [n for n in names if n not in PEER_VARIANTS or n in peers]
+        own = [n for n in names if n not in peers]
+        completer = Completer.load(config) if own else None
+        print(f"{len(points)} points ({sum(p.cross_file for p in points)} cross-file, "
+              f"{len({p.language for p in points})} languages) x {len(names)} variants"
+              + (f" on {completer.runtime}" if completer is not None else ""), file=sys.stderr)
 
-    def save(record: QualityRecord) -> None:  # after every point: a long run keeps what it measured
-        records.append(record)
-        write_report(args.json_out, meta, {"summary": summarise(records), "budget": QUALITY_BUDGET,
-                                           "max_tokens": args.max_tokens, "records": [asdict(r) for r in records]})
+        def save(record: QualityRecord) -> None:  # after every point: a long run keeps what it measured
+            records.append(record)
+            write_report(args.json_out, meta, {"summary": summarise(records), "budget": QUALITY_BUDGET,
+                                               "max_tokens": args.max_tokens,
+                                               "records": [asdict(r) for r in records]})
 
-    run_quality(completer, points, names, max_tokens=args.max_tokens,
-                progress=lambda m: print(m, file=sys.stderr, flush=True), on_record=save,
-                first_tokens=args.first_tokens)
+        run_quality(completer, points, names, max_tokens=args.max_tokens,
+                    progress=lambda m: print(m, file=sys.stderr, flush=True), on_record=save,
+                    first_tokens=args.first_tokens, peers=peers)
     print(format_quality_summary(summarise(records)))
     print(f"({(time.perf_counter() - started) / 60:.1f} minutes)")
     return 0
+
+
+def start_peers(config, names: Sequence[str], max_tokens: int, resources: ExitStack, *,
+                required: bool) -> dict[str, Callable[[QualityPoint], QualityRecord]]:
+    """The peer variants among ``names``, their servers started (closed with ``resources``). One that cannot
+    run here (llama-server not built for this CPU class, a target that is not a GGUF file) is an error when
+    asked for by name (``required``), else left out with a note."""
+    if PEER_NAME not in names:
+        return {}
+    from codecue.backends.cpu_class import cpu_class, server_binary
+    from codecue.models.resolve import resolve_config
+
+    target = resolve_config(config, with_draft=False).target
+    why = (f"llama-server is not built for the {cpu_class()} class (bash scripts/build_llama_server.sh --class "
+           f"{cpu_class()})" if not server_binary().is_file()
+           else "" if target.kind == "gguf" else f"the target is not a GGUF file ({target.kind})")
+    if why:
+        if required:
+            raise CodeCueError(f"cannot run {PEER_NAME}: {why}")
+        print(f"codecue bench quality: {PEER_NAME} is left out: {why}", file=sys.stderr)
+        return {}
+    server = resources.enter_context(LlamaServer(llama_vim_server_config(target.path), n_ctx=SERVER_N_CTX))
+    return {PEER_NAME: llama_vim_peer(server, max_tokens)}
 
 
 # -- scoring -----------------------------------------------------------------------------------------
@@ -362,27 +449,38 @@ def stop_for(point: QualityPoint) -> StopRule:
 def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max_tokens: int = 32,
                 progress: Callable[[str], None] | None = None,
                 on_record: Callable[[QualityRecord], None] | None = None,
-                first_tokens: int = FIRST_TOKENS) -> list[QualityRecord]:
+                first_tokens: int = FIRST_TOKENS,
+                peers: dict[str, Callable[[QualityPoint], QualityRecord]] | None = None) -> list[QualityRecord]:
+    """Every variant in ``names`` over ``points``: CodeCue's prompts decoded by ``completer`` (None when only
+    peers run), the ``peers`` (variant -> point -> record, :func:`llama_vim_peer`) by themselves."""
     table = variants(first_tokens)
+    peers = peers or {}
+    names = [FORMER_VARIANTS.get(n, n) for n in names]
     for name in names:  # LAYOUT/CONTEXT/first@N: the short prompt with a window of N new tokens
         base, at, window = name.partition("@")
         if at and base.endswith("/first") and window.isdigit() and int(window) > 0:
             table[name] = variants(int(window))[base]
-    unknown = [n for n in names if n not in table]
+    unknown = [n for n in names if n not in table and n not in peers]
     if unknown:
+        known = [*table, *PEER_VARIANTS]
         raise CodeCueError(f"unknown quality variant(s) {unknown}",
-                           f"choose from {', '.join(table)} (a /first variant may take @TOKENS)")
+                           f"choose from {', '.join(known)} (a /first variant may take @TOKENS)")
     stops = {p.name: stop_for(p) for p in points}
     records = []
     for name in names:
-        build = table[name]
+        build = table.get(name)
         for i, point in enumerate(points):
-            text = build(completer.tokenizer, point)
-            ids = completer.tokenizer.encode(text, add_special_tokens=False)
-            t0 = time.perf_counter()
-            result = completer.generate_ids(ids, max_tokens=max_tokens, k=0, draft_mode="none",
-                                            stop_rule=stops[point.name])
-            record = score(point, name, result.text, result.stop_reason, len(ids), (time.perf_counter() - t0) * 1e3)
+            if name in peers:
+                record = peers[name](point)
+            else:
+                assert build is not None and completer is not None
+                text = build(completer.tokenizer, point)
+                ids = completer.tokenizer.encode(text, add_special_tokens=False)
+                t0 = time.perf_counter()
+                result = completer.generate_ids(ids, max_tokens=max_tokens, k=0, draft_mode="none",
+                                                stop_rule=stops[point.name])
+                record = score(point, name, result.text, result.stop_reason, len(ids),
+                               (time.perf_counter() - t0) * 1e3)
             records.append(record)
             if on_record is not None:
                 on_record(record)

@@ -16,7 +16,9 @@ measured value, so p50 and p95 are over all keystrokes, and ``None`` when censor
 reuse. :func:`run_replay_pair` runs both on one loaded model pair, for a side-by-side comparison;
 :func:`run_layout_comparison` runs typing and Enter at new places for each prompt layout.
 
-``codecue bench replay FILE`` runs it from the command line (:func:`run`).
+``codecue bench replay FILE`` runs it from the command line (:func:`run`); with ``--llama-vim`` the same
+events are then replayed against llama-server through llama.vim's client
+(:mod:`codecue.bench.llamavim_replay`) and reported side by side.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from codecue.bench.report import (
     format_replay_layouts,
     format_replay_pair,
+    format_replay_peer,
     report_meta,
     report_path,
     write_report,
@@ -71,27 +74,70 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time between typed characters (a slower typist sees slower suggestions)")
     parser.add_argument("--enter-places", type=int, default=6, help="--layouts: places to press Enter at")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--llama-vim", action="store_true",
+                        help="then the same keystrokes, pacing and Enter places against llama-server through llama.vim's "
+                             "client (llama-server/llama.vim, --cache-reuse 256), side by side (needs llama-server "
+                             "built: scripts/build_llama_server.sh); without --layouts it also times CodeCue's Enter")
     parser.add_argument("--json", dest="json_out", type=Path, help="write the report and meta here")
     add_model_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """With ``--layouts``, each prompt layout side by side, each on its own loaded pair (typing, and Enter at
-    new places after a pause); else reuse on and off side by side on one pair."""
+    new places after a pause); else reuse on and off side by side on one pair. With ``--llama-vim``, then the
+    peer on the same events (:func:`run_llama_vim_peer`)."""
     config = config_from_args(args)
     meta = report_meta("replay", args.typed_argv)
+    if args.llama_vim:
+        llama_vim_target(config)  # fail before the long part when the peer cannot run
     if args.layouts:
         layouts = run_layout_comparison(args.file, config, args.layouts, max_tokens=args.max_tokens,
                                         places=args.enter_places, interval_ms=args.interval_ms,
                                         keystrokes=args.keystrokes)
         print(format_replay_layouts(layouts))
-        write_report(args.json_out, meta, {"layouts": layouts})
+        report: dict[str, Any] = {"layouts": layouts}
+        codecue = {name: (r["typing"], r["enter"]) for name, r in layouts.items()}
     else:
-        pair = run_replay_pair(args.file, config, max_tokens=args.max_tokens, keystrokes=args.keystrokes,
-                               interval_ms=args.interval_ms)
-        print(format_replay_pair(pair))
-        write_report(args.json_out, meta, pair)
+        report = run_replay_pair(args.file, config, max_tokens=args.max_tokens, keystrokes=args.keystrokes,
+                                 interval_ms=args.interval_ms, enter_places=args.enter_places if args.llama_vim else 0)
+        print(format_replay_pair(report))
+        codecue = {"CodeCue": (report["reuse"], report.get("enter"))}
+    write_report(args.json_out, meta, report)
+    if args.llama_vim:
+        report["llama_vim"] = run_llama_vim_peer(args.file, config, max_tokens=args.max_tokens,
+                                                 keystrokes=args.keystrokes, interval_ms=args.interval_ms,
+                                                 places=args.enter_places)
+        print(format_replay_peer(codecue, report["llama_vim"]))
+        write_report(args.json_out, meta, report)
     return 0
+
+
+def llama_vim_target(config: CompletionConfig) -> Path:
+    """The configured target's GGUF file, for llama-server; an error saying why where the peer cannot run."""
+    from codecue.backends.cpu_class import cpu_class, server_binary
+    from codecue.models.resolve import resolve_config
+
+    if not server_binary().is_file():
+        raise CodeCueError(f"--llama-vim: llama-server is not built for the {cpu_class()} class",
+                           f"bash scripts/build_llama_server.sh --class {cpu_class()}")
+    target = resolve_config(config, with_draft=False).target
+    if target.kind != "gguf":
+        raise CodeCueError(f"--llama-vim: llama-server reads GGUF files; the target is {target.kind}")
+    return target.path
+
+
+def run_llama_vim_peer(file: str | Path, config: CompletionConfig, **kwargs: Any) -> dict[str, Any]:
+    """The same typing and Enter places against llama-server through llama.vim's client, on the configured
+    target, the server started as llama.vim's README starts it (after CodeCue's models are gone, so the two
+    never share the cores)."""
+    from codecue.bench.llama_server import LlamaServer
+    from codecue.bench.llamavim import SERVER_N_CTX, llama_vim_server_config
+    from codecue.bench.llamavim_replay import run_llama_vim_replay  # it builds on this module
+
+    with LlamaServer(llama_vim_server_config(llama_vim_target(config)), n_ctx=SERVER_N_CTX) as server:
+        report = run_llama_vim_replay(file, server, **kwargs)
+    report["file"] = report_path(file)
+    return report
 
 PAUSE_AFTER = set(" \n\t.,:;()[]{}")
 LANGUAGE_IDS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript",
@@ -465,13 +511,20 @@ def run_replay(file: str | Path, completer_config: CompletionConfig | None = Non
     return report
 
 
-def run_replay_pair(file: str | Path, completer_config: CompletionConfig | None = None, **kwargs: Any) -> dict[str, Any]:
-    """Reuse on, then off, on one loaded model pair: ``{"reuse": {...}, "no_reuse": {...}}``."""
+def run_replay_pair(file: str | Path, completer_config: CompletionConfig | None = None, *, enter_places: int = 0,
+                    **kwargs: Any) -> dict[str, Any]:
+    """Reuse on, then off, on one loaded model pair: ``{"reuse": {...}, "no_reuse": {...}}``; with
+    ``enter_places``, then Enter at that many new places (reuse on): ``"enter"``."""
     _read(file)
     with contextlib.closing(load_models(completer_config)) as models:
         on = run_replay(file, reuse=True, completer=models, **kwargs)
         off = run_replay(file, reuse=False, completer=models, **kwargs)
-    return {"reuse": on, "no_reuse": off}
+        out = {"reuse": on, "no_reuse": off}
+        if enter_places > 0:
+            models.reset_caches()
+            out["enter"] = run_enter_replay(file, models, places=enter_places,
+                                            max_tokens=kwargs.get("max_tokens", 32))
+    return out
 
 
 def run_layout_comparison(file: str | Path, config: CompletionConfig, layouts: Sequence[str], *,

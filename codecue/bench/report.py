@@ -268,6 +268,42 @@ def format_replay_layouts(report: dict[str, Any]) -> str:
             "suggestion; no suggestion: answered empty before the next key, not timed)\n" + markdown_table(rows))
 
 
+def format_replay_peer(codecue: dict[str, tuple[dict[str, Any], dict[str, Any] | None]], peer: dict[str, Any]) -> str:
+    """CodeCue's replay (each setting's typing and Enter reports) and llama.vim's on llama-server
+    (:func:`~codecue.bench.llamavim_replay.run_llama_vim_replay`) side by side, p50 / p90 per event kind.
+
+    CodeCue's *new generation* keys are those its suggestion on screen did not answer by type-through;
+    llama.vim's, those its cache did not answer at once. First text: CodeCue's first streamed ghost text;
+    llama.vim's, the first streamed text of its request (a streaming client's; llama.vim itself shows the
+    final answer)."""
+
+    def pair(summary: dict[str, Any] | None) -> str:
+        if not summary:
+            return "-"
+        return f"{_ms(summary['p50'])} / {_ms(summary['p90'])} (n={summary['shown'] + summary['censored']})"
+
+    kinds = [("keystroke, all: first text", "first_text_ms", "first_text_ms", False),
+             ("keystroke, all: final", "final_ms", "final_ms", False),
+             ("keystroke, new generation: first text", "first_text_ms_new_generation",
+              "first_text_ms_new_generation", False),
+             ("Enter at a new place: first text", "first_text_ms", "first_text_ms", True),
+             ("Enter at a new place: final", "final_ms", "final_ms", True)]
+    names = list(codecue)
+    rows = [("event (p50 / p90)", *names, "llama-server/llama.vim")]
+    for label, ours, theirs, enter in kinds:
+        cells = []
+        for name in names:
+            typing, enter_report = codecue[name]
+            source = enter_report if enter else typing
+            cells.append(pair(source.get(ours) if source else None))
+        rows.append((label, *cells, pair((peer.get("enter") if enter else peer["typing"]).get(theirs))))
+    typing = peer["typing"]
+    note = (f"llama.vim: {typing['from_cache']} of {typing['keystrokes']} keystrokes answered from its cache, "
+            f"{typing['requested']} requested at their place; server {peer['server']} "
+            f"({' '.join(peer['flags'])}), max {peer['max_tokens']} tokens")
+    return "keystroke -> suggestion, CodeCue and llama.vim + llama-server on the same events\n" + markdown_table(rows) + "\n" + note
+
+
 def format_prompt_costs(rows: list[dict[str, Any]]) -> str:
     header = ("file", "lines", "layout", "typing p50", "typing p90", "Enter p50", "Enter p90")
     table = [header] + [(r["file"], str(r["lines"]), r["layout"], str(r["typing"]["p50"]),
