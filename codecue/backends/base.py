@@ -11,7 +11,6 @@ after a failed one (:class:`BackendBase`, which every runtime's backend extends)
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from bisect import bisect_left
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
@@ -196,50 +195,76 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-#: How many cache positions :func:`reuse_plan` tries for each place in the new tokens (the nearest ones): code
-#: repeats lines, and a bound keeps a pathological file from costing more than the evaluation it saves.
+#: How many cache positions :func:`reuse_plan` tries for each sampled place in the new tokens (the nearest
+#: ones), and how many runs it chains at most (the longest): code repeats its lines, and the bounds keep a
+#: pathological file from costing more than the evaluation it saves.
 MAX_CANDIDATES = 16
+MAX_RUNS = 256
 
 
 def reuse_plan(cached: Sequence[int], tokens: Sequence[int], start: int, end: int, min_chunk: int) -> list[Chunk]:
-    """The chunks of ``cached[start:]`` that reappear in ``tokens[start:end]``, in order, each at least
-    ``min_chunk`` tokens long (none when ``min_chunk`` is 0).
+    """The chunks of ``cached[start:]`` that reappear in ``tokens[start:end]``, each at least ``min_chunk``
+    tokens long, in the same order in both, covering as many tokens as possible (none when ``min_chunk``
+    is 0). The tokens between chunks are the ones to evaluate.
 
-    ``tokens`` is scanned from ``start``: where the longest run of cached tokens that starts there (and
-    after the previous chunk, in the cache) is at least ``min_chunk`` long, it becomes a chunk and the scan
-    goes on after it; otherwise the scan moves one token on, and that token will be evaluated. This is
-    llama-server's ``--cache-reuse`` search, which keeps what follows text *removed* from the prompt,
-    extended to text inserted or replaced (an edit): the tokens between chunks are evaluated in place.
+    Like llama-server's ``--cache-reuse``, which keeps what follows text *removed* from the prompt; here
+    also what follows text inserted or replaced (an edit), and the best chain of runs rather than the
+    first run found: code repeats itself (the same body in two files), and a repeat taken first could
+    cost the long run after it. Every common run of ``min_chunk`` tokens holds one of the places sampled
+    every ``min_chunk - 7`` tokens, where its 8 first tokens are looked up in the cache and the match is
+    grown both ways; the chain is the heaviest one in order (a run overlapping the one before it in the
+    chain loses its first tokens).
     """
     if min_chunk < 1 or len(cached) - start < min_chunk or end - start < min_chunk:
         return []
     cached, tokens = list(cached), list(tokens)
     anchor = min(min_chunk, 8)
     starts_of: dict[tuple[int, ...], list[int]] = {}
-    for j in range(start, len(cached) - min_chunk + 1):
+    for j in range(start, len(cached) - anchor + 1):
         starts_of.setdefault(tuple(cached[j : j + anchor]), []).append(j)
-    chunks: list[Chunk] = []
-    i, after = start, start
-    while i + min_chunk <= end:
-        best_at, best_length = -1, 0
-        starts = starts_of.get(tuple(tokens[i : i + anchor]))
-        if starts:
-            first = bisect_left(starts, after)
-            for j in starts[first : first + MAX_CANDIDATES]:
-                if cached[j : j + min_chunk] != tokens[i : i + min_chunk]:
-                    continue
-                room = min(len(cached) - j, end - i)
-                length = min_chunk + common_prefix_length(cached[j + min_chunk : j + room],
-                                                          tokens[i + min_chunk : i + room])
-                if length > best_length:
-                    best_at, best_length = j, length
-        if best_length >= min_chunk:
-            chunks.append(Chunk(best_at, i, best_length))
-            i += best_length
-            after = best_at + best_length
-        else:
-            i += 1
-    return chunks
+    runs: dict[int, list[Chunk]] = {}  # by diagonal (moved_to - cached_at)
+    for i in range(start, end - anchor + 1, min_chunk - anchor + 1):
+        candidates = starts_of.get(tuple(tokens[i : i + anchor]), [])
+        if len(candidates) > MAX_CANDIDATES:
+            candidates = sorted(candidates, key=lambda j: abs(j - i))[:MAX_CANDIDATES]
+        for j in candidates:
+            found = runs.setdefault(i - j, [])
+            if any(run.moved_to <= i < run.moved_to + run.length for run in found):
+                continue  # this run was grown from an earlier place
+            back = 0
+            while i - back > start and j - back > start and tokens[i - back - 1] == cached[j - back - 1]:
+                back += 1
+            room = min(len(cached) - j, end - i)
+            length = back + anchor + common_prefix_length(cached[j + anchor : j + room], tokens[i + anchor : i + room])
+            if length >= min_chunk:
+                found.append(Chunk(j - back, i - back, length))
+    candidates_runs = sorted((run for found in runs.values() for run in found), key=lambda run: run.length)
+    return _heaviest_chain(candidates_runs[-MAX_RUNS:], min_chunk)
+
+
+def _heaviest_chain(runs: list[Chunk], min_chunk: int) -> list[Chunk]:
+    """The runs, in order in both sequences, that cover the most tokens; a run that overlaps the one before
+    it loses its first tokens (and is left out when fewer than ``min_chunk`` would remain)."""
+    runs = sorted(runs, key=lambda run: run.moved_to + run.length)
+    best: list[int] = []  # the heaviest chain's weight ending with run k (whole or trimmed)
+    before: list[tuple[int, int]] = []  # (the run before k in that chain or -1, tokens cut off run k)
+    for k, run in enumerate(runs):
+        weight, link = run.length, (-1, 0)
+        for q in range(k):
+            prior = runs[q]
+            cut = max(0, prior.moved_to + prior.length - run.moved_to, prior.cached_at + prior.length - run.cached_at)
+            if run.length - cut >= min_chunk and best[q] + run.length - cut > weight:
+                weight, link = best[q] + run.length - cut, (q, cut)
+        best.append(weight)
+        before.append(link)
+    chain: list[Chunk] = []
+    k = max(range(len(runs)), key=best.__getitem__, default=-1)
+    while k >= 0:
+        q, cut = before[k]
+        run = runs[k]
+        chain.append(Chunk(run.cached_at + cut, run.moved_to + cut, run.length - cut))
+        k = q
+    return chain[::-1]
 
 
 def _finish(steps: Generator[int, None, torch.Tensor]) -> torch.Tensor:
