@@ -1,7 +1,8 @@
 """The completer: tokenizer + target + optional draft, the FIM prompt, and the speculative loop.
 
 This is what the CLI, the benchmark and the language server all drive. It keeps both models' KV caches
-between requests, so the next request reuses the longest common token prefix.
+between requests, so the next request reuses the longest common token prefix, and where the backend can
+shift positions, the cached chunks that reappear after it (``DecodingSettings.chunk_reuse``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 import torch
 
 from codecue.backends import CachedSequence, choose_backend, create_backend
-from codecue.backends.base import Backend, GPUOutOfMemory, common_prefix_length
+from codecue.backends.base import Backend, GPUOutOfMemory
 from codecue.engine.code_vocab import code_token_ids
-from codecue.engine.fim import PromptBudget, build_fim_prompt, prompt_budget, prompt_within, uncached_tokens
+from codecue.engine.fim import PromptBudget, build_fim_prompt, prompt_budget, prompt_within
 from codecue.engine.proposers import (
     DraftModelProposer,
     HybridProposer,
@@ -113,8 +114,8 @@ class Completer:
         if len(tokenizer) > target.vocab_size:
             raise ModelError(f"tokenizer has {len(tokenizer)} tokens, more than target {names[0]}'s "
                              f"{target.vocab_size}", "the tokenizer does not belong to this model")
-        self.target = CachedSequence(target)
-        self.draft = CachedSequence(draft) if draft is not None else None
+        self.target = CachedSequence(target, min_chunk=self.decoding.chunk_reuse)
+        self.draft = CachedSequence(draft, min_chunk=self.decoding.chunk_reuse) if draft is not None else None
         self.eos_ids = special_token_ids(tokenizer)
         self.draft_vocab_map = None
         # A load-time setting: the draft's head is restricted once, here (DecodingSettings).
@@ -133,8 +134,13 @@ class Completer:
         return decoding
 
     def _settings(self, decoding: DecodingSettings | None) -> DecodingSettings:
-        """A request's settings: its own (within what was loaded), else the completer's."""
-        return self.decoding if decoding is None else self._within_load(decoding)
+        """A request's settings: its own (within what was loaded), else the completer's. Their chunk reuse
+        applies to both caches from here on (a setting of how the caches sync, not of what is cached)."""
+        settings = self.decoding if decoding is None else self._within_load(decoding)
+        for seq in (self.target, self.draft):
+            if seq is not None:
+                seq.min_chunk = settings.chunk_reuse
+        return settings
 
     @property
     def runtime(self) -> str:
@@ -172,11 +178,12 @@ class Completer:
         def build(within: PromptBudget) -> list[int]:
             return build_fim_prompt(self.tokenizer, prefix, suffix, within, extra_context, path=path)
 
-        return prompt_within(build, budget, self.target.tokens, None if full else self.fresh_token_limit(budget))
+        return prompt_within(build, budget, self.target.uncached, None if full else self.fresh_token_limit(budget))
 
     def uncached(self, prompt: Sequence[int]) -> int:
-        """How many tokens of ``prompt`` the target would evaluate (its KV cache holds the rest)."""
-        return uncached_tokens(self.target.tokens, prompt)
+        """How many tokens of ``prompt`` the target would evaluate (its KV cache holds the rest: the common
+        prefix, and the chunks it would shift)."""
+        return self.target.uncached(prompt)
 
     def fresh_token_limit(self, budget: PromptBudget | None = None) -> int | None:
         """Prompt tokens this machine evaluates within the ``first_text_ms`` of ``budget`` (None: the
@@ -229,7 +236,7 @@ class Completer:
         the next warm-up catches the draft up."""
         if self.draft is None:
             return False
-        return uncached_tokens(self.draft.tokens, prompt) > self.uncached(prompt) + DRAFT_CATCH_UP
+        return self.draft.uncached(prompt) > self.uncached(prompt) + DRAFT_CATCH_UP
 
     def generate_ids(
         self,
@@ -298,7 +305,7 @@ class Completer:
                  **kwargs: Any) -> GenerationResult:
         """Complete at the cursor between ``prefix`` and ``suffix`` with ``decoding`` (None: the
         completer's settings); ``kwargs`` as :meth:`generate_ids`."""
-        settings = self._settings(decoding)
+        settings = self._settings(decoding)  # before the prompt: what is uncached depends on the chunk reuse
         prompt = self.build_prompt(prefix, suffix, extra_context, path=path, budget=prompt_budget(settings))
         return self.generate_ids(prompt, decoding=settings, **kwargs)
 
@@ -333,24 +340,28 @@ class Completer:
         """Evaluate ``prompt`` into the target's KV cache ahead of a request, then into the draft's (which
         reads it too before drafting), ``step`` tokens at a time, checking ``cancelled`` between steps: a
         real request waits for one step at most. Returns how many tokens the target evaluated (what its
-        cache did not hold already)."""
+        cache did not hold already). A warm-up cancelled between the chunks it shifts keeps what it
+        placed; the chunks not placed yet are dropped."""
         fed = 0
         with self.lock:
             for seq in (self.target, self.draft):
                 if seq is None:
                     continue
-                have = common_prefix_length(seq.tokens, prompt)
-                ends = [*range(have + step, len(prompt), step), len(prompt)] if have < len(prompt) else []
-                for end in ends:
-                    if cancelled is not None and cancelled():
+                steps = seq.prefill(prompt, step)
+                try:
+                    while not (cancelled is not None and cancelled()):
+                        started = time.perf_counter()
+                        evaluated = next(steps, None)
+                        if evaluated is None:
+                            break
+                        if seq is self.target:
+                            fed += evaluated
+                            # A bare evaluation, nothing else timed: ``step`` tokens already measure the prefill.
+                            self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=step)
+                    else:
                         return fed
-                    before, started = seq.fed_tokens, time.perf_counter()
-                    seq.sync(prompt[:end], 1)
-                    if seq is self.target:
-                        evaluated = seq.fed_tokens - before
-                        fed += evaluated
-                        # A bare evaluation, nothing else timed: ``step`` tokens already measure the prefill.
-                        self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=step)
+                finally:
+                    steps.close()
         return fed
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,

@@ -2,15 +2,17 @@
 
 Every runtime (torch/transformers, llama.cpp, exllamav2) implements :class:`Backend`. The engine never
 talks to a runtime directly; it drives a :class:`CachedSequence`, which keeps the token ids that are in
-the backend's cache and reuses the longest common prefix between calls. Prefix reuse therefore lives
-once, here, above all backends; so do the checks of a ``forward`` call and the rollback after a failed
-one (:class:`BackendBase`, which every runtime's backend extends).
+the backend's cache and reuses the longest common prefix between calls, and, on a backend that can shift
+positions (``can_shift``), cached chunks that reappear further on (:func:`reuse_plan`). Cache reuse
+therefore lives once, here, above all backends; so do the checks of a ``forward`` call and the rollback
+after a failed one (:class:`BackendBase`, which every runtime's backend extends).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -29,11 +31,21 @@ class Backend(Protocol):
 
     Capabilities every backend declares (:class:`BackendBase` gives the defaults): ``can_restrict_vocab``
     and ``restrict_vocab`` (score only some tokens: a cheaper head for a draft model), ``close`` (free
-    native memory now rather than at garbage collection).
+    native memory now rather than at garbage collection), and ``can_shift`` with ``hold_chunks`` and
+    ``place_chunk`` (move cached entries to other positions: chunk reuse, see :class:`CachedSequence`).
+
+    ``hold_chunks(keep, chunks)`` keeps the first ``keep`` cached positions, sets the entries of each
+    :class:`Chunk` aside re-positioned to its ``moved_to``, and drops the rest: the length becomes ``keep``.
+    ``place_chunk(length)`` appends the held chunk that starts at the current length (it has ``length``
+    entries) without evaluating anything. ``truncate``, ``reset`` and a failed ``forward`` drop whatever is
+    still held; a ``forward`` must not reach into a held chunk's positions.
     """
 
     name: str
     can_restrict_vocab: bool
+
+    @property
+    def can_shift(self) -> bool: ...
 
     @property
     def vocab_size(self) -> int: ...
@@ -52,7 +64,25 @@ class Backend(Protocol):
 
     def restrict_vocab(self, token_ids: Sequence[int] | None) -> None: ...
 
+    def hold_chunks(self, keep: int, chunks: Sequence[Chunk]) -> None: ...
+
+    def place_chunk(self, length: int) -> None: ...
+
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A run of ``length`` cached entries at positions ``cached_at..`` that the new sequence holds at
+    ``moved_to..``: kept by shifting its positions instead of evaluating it again."""
+
+    cached_at: int
+    moved_to: int
+    length: int
+
+    @property
+    def shift(self) -> int:
+        return self.moved_to - self.cached_at
 
 
 class GPUOutOfMemory(CodeCueError):
@@ -134,6 +164,19 @@ class BackendBase(ABC):
         Only where ``can_restrict_vocab``; elsewhere the full vocabulary is always scored."""
         return None
 
+    @property
+    def can_shift(self) -> bool:
+        """Whether cached entries can move to other positions (:meth:`hold_chunks`); not by default."""
+        return False
+
+    def hold_chunks(self, keep: int, chunks: Sequence[Chunk]) -> None:
+        """See :class:`Backend`; only where ``can_shift``."""
+        raise NotImplementedError(f"the {self.name} backend cannot shift cached positions")
+
+    def place_chunk(self, length: int) -> None:
+        """See :class:`Backend`; only where ``can_shift``."""
+        raise NotImplementedError(f"the {self.name} backend cannot shift cached positions")
+
     def close(self) -> None:
         """Free what the backend holds outside Python's heap; nothing to do by default."""
         return None
@@ -152,23 +195,123 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+#: How many cache positions :func:`reuse_plan` tries for each sampled place in the new tokens (the nearest
+#: ones), and how many runs it chains at most (the longest): code repeats its lines, and the bounds keep a
+#: pathological file from costing more than the evaluation it saves.
+MAX_CANDIDATES = 16
+MAX_RUNS = 256
+
+
+def reuse_plan(cached: Sequence[int], tokens: Sequence[int], start: int, end: int, min_chunk: int) -> list[Chunk]:
+    """The chunks of ``cached[start:]`` that reappear in ``tokens[start:end]``, each at least ``min_chunk``
+    tokens long, in the same order in both, covering as many tokens as possible (none when ``min_chunk``
+    is 0). The tokens between chunks are the ones to evaluate.
+
+    Like llama-server's ``--cache-reuse``, which keeps what follows text *removed* from the prompt; here
+    also what follows text inserted or replaced (an edit), and the best chain of runs rather than the
+    first run found: code repeats itself (the same body in two files), and a repeat taken first could
+    cost the long run after it. Every common run of ``min_chunk`` tokens holds one of the places sampled
+    every ``min_chunk - 7`` tokens, where its 8 first tokens are looked up in the cache and the match is
+    grown both ways; the chain is the heaviest one in order (a run overlapping the one before it in the
+    chain loses its first tokens).
+    """
+    if min_chunk < 1 or len(cached) - start < min_chunk or end - start < min_chunk:
+        return []
+    cached, tokens = list(cached), list(tokens)
+    anchor = min(min_chunk, 8)
+    starts_of: dict[tuple[int, ...], list[int]] = {}
+    for j in range(start, len(cached) - anchor + 1):
+        starts_of.setdefault(tuple(cached[j : j + anchor]), []).append(j)
+    runs: dict[int, list[Chunk]] = {}  # by diagonal (moved_to - cached_at)
+    for i in range(start, end - anchor + 1, min_chunk - anchor + 1):
+        candidates = starts_of.get(tuple(tokens[i : i + anchor]), [])
+        if len(candidates) > MAX_CANDIDATES:
+            candidates = sorted(candidates, key=lambda j: abs(j - i))[:MAX_CANDIDATES]
+        for j in candidates:
+            found = runs.setdefault(i - j, [])
+            if any(run.moved_to <= i < run.moved_to + run.length for run in found):
+                continue  # this run was grown from an earlier place
+            back = 0
+            while i - back > start and j - back > start and tokens[i - back - 1] == cached[j - back - 1]:
+                back += 1
+            room = min(len(cached) - j, end - i)
+            length = back + anchor + common_prefix_length(cached[j + anchor : j + room], tokens[i + anchor : i + room])
+            if length >= min_chunk:
+                found.append(Chunk(j - back, i - back, length))
+    candidates_runs = sorted((run for found in runs.values() for run in found), key=lambda run: run.length)
+    return _heaviest_chain(candidates_runs[-MAX_RUNS:], min_chunk)
+
+
+def _heaviest_chain(runs: list[Chunk], min_chunk: int) -> list[Chunk]:
+    """The runs, in order in both sequences, that cover the most tokens; a run that overlaps the one before
+    it loses its first tokens (and is left out when fewer than ``min_chunk`` would remain)."""
+    runs = sorted(runs, key=lambda run: run.moved_to + run.length)
+    best: list[int] = []  # the heaviest chain's weight ending with run k (whole or trimmed)
+    before: list[tuple[int, int]] = []  # (the run before k in that chain or -1, tokens cut off run k)
+    for k, run in enumerate(runs):
+        weight, link = run.length, (-1, 0)
+        for q in range(k):
+            prior = runs[q]
+            cut = max(0, prior.moved_to + prior.length - run.moved_to, prior.cached_at + prior.length - run.cached_at)
+            if run.length - cut >= min_chunk and best[q] + run.length - cut > weight:
+                weight, link = best[q] + run.length - cut, (q, cut)
+        best.append(weight)
+        before.append(link)
+    chain: list[Chunk] = []
+    k = max(range(len(runs)), key=best.__getitem__, default=-1)
+    while k >= 0:
+        q, cut = before[k]
+        run = runs[k]
+        chain.append(Chunk(run.cached_at + cut, run.moved_to + cut, run.length - cut))
+        k = q
+    return chain[::-1]
+
+
+def _finish(steps: Generator[int, None, torch.Tensor]) -> torch.Tensor:
+    """Run a feeding generator to its end and return what it returns."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
 class CachedSequence:
-    """The token ids held in a backend's KV cache, with longest-common-prefix reuse.
+    """The token ids held in a backend's KV cache, with cache reuse.
 
     ``sync(tokens, n_logits)`` makes the cache hold exactly ``tokens`` and returns the logits of the
     last ``n_logits`` positions. Only the part of ``tokens`` that is not already cached is fed, except
     that at least ``n_logits`` tokens are always fed (a cache holds states, not logits).
+
+    What is already cached: the longest common prefix, and with ``min_chunk`` > 0 on a backend that
+    ``can_shift``, also every cached run of at least ``min_chunk`` tokens that reappears later in
+    ``tokens`` (after an edit, a jump, a window that slid; :func:`reuse_plan`). Those keep their entries
+    at their new positions: the backend re-rotates their keys (RoPE) and drops the gaps, and only the
+    tokens between them are evaluated. Their states are not recomputed, so they still reflect the context
+    they were first evaluated in (docs/how-it-works.md, "Chunk reuse"). ``min_chunk`` 0, or a backend
+    that cannot shift: prefix reuse only.
+
+    Counters (totals since creation): ``fed_tokens`` evaluated, ``reused_tokens`` kept from the cache
+    (prefix and chunks), ``shifted_tokens`` of those kept by shifting.
     """
 
-    def __init__(self, backend: Backend, prefill_chunk: int = 512) -> None:
+    def __init__(self, backend: Backend, prefill_chunk: int = 512, min_chunk: int = 0) -> None:
         self.backend = backend
         self.tokens: list[int] = []
         self.prefill_chunk = prefill_chunk
+        self.min_chunk = min_chunk
         self.fed_tokens = 0  # how many tokens were evaluated in total: a measure of reuse
         self.reused_tokens = 0
+        self.shifted_tokens = 0
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def shifts(self) -> bool:
+        """Whether a sync keeps chunks by shifting: asked for (``min_chunk``) and the backend can. A
+        backend that does not declare ``can_shift`` cannot."""
+        return self.min_chunk > 0 and bool(getattr(self.backend, "can_shift", False))
 
     def reset(self) -> None:
         self.backend.reset()
@@ -179,28 +322,75 @@ class CachedSequence:
             self.backend.truncate(length)
             del self.tokens[length:]
 
+    def plan(self, tokens: Sequence[int], n_logits: int = 0) -> tuple[int, list[Chunk]]:
+        """What a sync to ``tokens`` keeps: the common prefix's length, and the chunks moved after it."""
+        tokens = list(tokens)
+        keep = min(common_prefix_length(self.tokens, tokens), len(tokens) - n_logits)
+        if not self.shifts:
+            return keep, []
+        return keep, reuse_plan(self.tokens, tokens, keep, len(tokens) - n_logits, self.min_chunk)
+
+    def uncached(self, tokens: Sequence[int]) -> int:
+        """How many tokens of ``tokens`` a sync would evaluate (the cache holds the rest)."""
+        keep, chunks = self.plan(tokens)
+        return len(tokens) - keep - sum(chunk.length for chunk in chunks)
+
     def sync(self, tokens: Sequence[int], n_logits: int = 1) -> torch.Tensor:
         if n_logits < 1 or n_logits > len(tokens):
             raise ValueError(f"n_logits must be in 1..{len(tokens)}, got {n_logits}")
+        return _finish(self._feed(tokens, n_logits, None))
+
+    def prefill(self, tokens: Sequence[int], step: int) -> Generator[int, None, torch.Tensor]:
+        """Make the cache hold ``tokens`` (no logits), evaluating what it lacks ``step`` tokens at a time:
+        yields how many tokens each step evaluated, so that the caller can time steps and stop between
+        them. Stopping (closing the iterator) leaves the cache holding a prefix of ``tokens``."""
+        if step < 1:
+            raise ValueError(f"step must be >= 1, got {step}")
+        return self._feed(tokens, 0, step)
+
+    def _feed(self, tokens: Sequence[int], n_logits: int, step: int | None) -> Generator[int, None, torch.Tensor]:
+        tokens = [int(t) for t in tokens]
         if len(tokens) > self.backend.max_length:
             raise ValueError(f"sequence of {len(tokens)} tokens exceeds the context of {self.backend.max_length}")
-        keep = min(common_prefix_length(self.tokens, tokens), len(tokens) - n_logits)
+        if self.backend.length != len(self.tokens):  # a backend that lost its cache (e.g. after an error)
+            self.reset()
+        keep, chunks = self.plan(tokens, n_logits)
         self.reused_tokens += keep
-        self.truncate(keep)
-        if self.backend.length != keep:  # a backend that lost its cache (e.g. after an error) starts over
-            self.backend.reset()
-            self.tokens = []
-            keep = 0
-        return self.extend(tokens[keep:], n_logits)
+        if chunks:
+            self.backend.hold_chunks(keep, chunks)
+            del self.tokens[keep:]
+        else:
+            self.truncate(keep)
+        if self.backend.length != keep:  # a backend that could not truncate starts over
+            self.reset()
+            keep, chunks = 0, []
+        at = keep
+        try:
+            for chunk in chunks:
+                yield from self._evaluate(tokens[at : chunk.moved_to], 0, step)
+                self.backend.place_chunk(chunk.length)
+                at = chunk.moved_to + chunk.length
+                self.tokens.extend(tokens[chunk.moved_to : at])
+                self.reused_tokens += chunk.length
+                self.shifted_tokens += chunk.length
+        except BaseException:  # an error, or a prefill stopped: drop the chunks still held
+            self.backend.truncate(len(self.tokens))
+            raise
+        return (yield from self._evaluate(tokens[at:], n_logits, step))
 
     def extend(self, new_tokens: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
         """Feed ``new_tokens`` (in chunks for long prefills) and return the last ``n_logits`` rows."""
         new_tokens = list(new_tokens)
-        n_logits = len(new_tokens) if n_logits is None else n_logits
-        out: torch.Tensor | None = None
+        return _finish(self._evaluate(new_tokens, len(new_tokens) if n_logits is None else n_logits, None))
+
+    def _evaluate(self, new_tokens: list[int], n_logits: int, step: int | None) -> Generator[int, None, torch.Tensor]:
+        """Feed ``new_tokens`` in calls of at most ``prefill_chunk`` (and ``step``) tokens, yielding each
+        call's size; returns the last ``n_logits`` rows of logits (none: an empty tensor)."""
+        size = self.prefill_chunk if step is None else min(step, self.prefill_chunk)
+        rows: list[torch.Tensor] = []
         start = 0
         while start < len(new_tokens):
-            chunk = new_tokens[start : start + self.prefill_chunk]
+            chunk = new_tokens[start : start + size]
             after_chunk = len(new_tokens) - start - len(chunk)
             wanted = max(0, min(len(chunk), n_logits - after_chunk))
             try:
@@ -213,7 +403,8 @@ class CachedSequence:
             self.fed_tokens += len(chunk)
             start += len(chunk)
             if wanted:
-                rows = logits[-wanted:]
-                out = rows if out is None else torch.cat([out, rows])
-        assert out is not None and out.shape[0] == n_logits
+                rows.append(logits[-wanted:])
+            yield len(chunk)
+        out = torch.cat(rows) if rows else torch.empty((0, self.backend.vocab_size))
+        assert out.shape[0] == n_logits
         return out

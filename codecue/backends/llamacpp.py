@@ -4,6 +4,10 @@ It drives llama.cpp's C API through llama-cpp-python's ctypes bindings (``llama_
 high-level ``Llama`` generator: the engine needs logits for every position of ``[last] + draft`` from one
 ``llama_decode`` call and a rollback that is a length, which the generator does not offer. One context holds
 one sequence (seq id 0); rollback removes the KV cells past the kept length with ``llama_memory_seq_rm``.
+Chunk reuse (``hold_chunks``/``place_chunk``) parks cached chunks in a second sequence (:data:`HELD`) while
+the tokens before them are evaluated, with their positions already shifted (``llama_memory_seq_add``), and
+moves each back into sequence 0 when the sequence reaches it: llama.cpp evaluates a sequence's new tokens
+only right after its last position, so a chunk cannot wait in sequence 0 behind tokens not yet evaluated.
 
 llama-cpp-python is an optional dependency (``pip install 'codecue[llamacpp]'``) that compiles llama.cpp
 when installed from source; it is imported lazily, and a missing or broken install raises
@@ -24,13 +28,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from codecue.backends.base import BackendBase
+from codecue.backends.base import BackendBase, Chunk
 from codecue.errors import BackendUnavailable, ModelError
 
 INSTALL_HINT = "install it with: pip install 'codecue[llamacpp]'"
 
 _GGML_LOG_LEVEL_ERROR = 4  # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 _GGML_LOG_LEVEL_CONT = 5
+
+#: The sequence that holds chunks aside during a shifted reuse (sequence 0 is the one the engine sees).
+HELD = 1
 
 _init_lock = threading.Lock()
 _lib: ModuleType | None = None
@@ -147,6 +154,7 @@ class LlamaCppBackend(BackendBase):
         n_batch: int,
         n_threads: int,
         repack: bool = True,
+        shift: bool = False,
     ) -> None:
         self._lib = lib
         self._model = model
@@ -162,6 +170,10 @@ class LlamaCppBackend(BackendBase):
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
         self._closed = False
         self.repack = repack
+        # Shifting needs the second sequence and a memory whose positions can move (not recurrent models,
+        # nor M-RoPE ones: llama_memory_can_shift).
+        self._can_shift = shift and bool(lib.llama_memory_can_shift(self._memory))
+        self._held: dict[int, int] = {}  # held chunks: position moved to -> length
 
     @classmethod
     def load(
@@ -172,6 +184,7 @@ class LlamaCppBackend(BackendBase):
         n_batch: int = 512,
         flash_attn: bool | None = None,
         repack: bool = True,
+        shift: bool = True,
     ) -> LlamaCppBackend:
         """Load a GGUF file as it is (quantized weights stay quantized) into a context of ``n_ctx`` tokens.
 
@@ -186,6 +199,10 @@ class LlamaCppBackend(BackendBase):
         prefill). In both layouts, past 256 cached positions any multi-token call takes another attention
         path than a one-token step. Either difference can flip a near-tie argmax. Both sides of an identity
         check must use the same setting: even one-token logits differ between the two layouts.
+
+        ``shift`` gives the context a second sequence to hold chunks in (one unified KV buffer, so holding
+        a chunk is bookkeeping, not a copy), which chunk reuse needs; ``can_shift`` also asks the model.
+        One sequence's decoding is the same either way (a test checks the logits bit for bit).
         """
         lib = _load_lib()
         path = Path(path).expanduser()
@@ -210,7 +227,8 @@ class LlamaCppBackend(BackendBase):
         context_params.n_batch = n_batch
         # One physical batch per logical one: a verify of K+1 tokens is a single graph evaluation.
         context_params.n_ubatch = n_batch
-        context_params.n_seq_max = 1
+        context_params.n_seq_max = 2 if shift else 1
+        context_params.kv_unified = True  # one buffer for both sequences: a chunk moves between them in place
         context_params.n_threads = n_threads
         context_params.n_threads_batch = n_threads
         context_params.no_perf = True
@@ -222,7 +240,7 @@ class LlamaCppBackend(BackendBase):
         if not context:
             lib.llama_model_free(model)
             raise ModelError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
-        return cls(lib, model, context, path, int(lib.llama_n_ctx(context)), n_batch, n_threads, repack)
+        return cls(lib, model, context, path, int(lib.llama_n_ctx(context)), n_batch, n_threads, repack, shift)
 
     # -- the Backend protocol -------------------------------------------------------------------
 
@@ -238,11 +256,17 @@ class LlamaCppBackend(BackendBase):
     def max_length(self) -> int:
         return self._n_ctx
 
+    @property
+    def can_shift(self) -> bool:
+        return self._can_shift
+
     def _forward(self, tokens: list[int], n_logits: int) -> torch.Tensor:
         """Evaluate ``tokens`` in chunks of ``n_batch``; llama.cpp skips the output head for the positions
         before the last ``n_logits``, a sizeable part of a prefill with a 152k vocabulary."""
         self._check_open()
         n = len(tokens)
+        if self._held and self._length + n > min(self._held):
+            raise ValueError(f"{n} tokens at {self._length} would cover the held chunk at {min(self._held)}")
         out = np.empty((n_logits, self._n_vocab), dtype=np.float32)
         first_output = n - n_logits
         for start in range(0, n, self.n_batch):
@@ -258,6 +282,7 @@ class LlamaCppBackend(BackendBase):
         self._check_open()
         if length < 0:
             raise ValueError(f"length must be >= 0, got {length}")
+        self._drop_held()
         if length >= self._length:
             return
         if not self._lib.llama_memory_seq_rm(self._memory, 0, length, -1):
@@ -270,6 +295,58 @@ class LlamaCppBackend(BackendBase):
         self._check_open()
         self._lib.llama_memory_clear(self._memory, False)  # metadata only: cells are overwritten on reuse
         self._length = 0
+        self._held = {}
+
+    def hold_chunks(self, keep: int, chunks: Sequence[Chunk]) -> None:
+        """Keep positions ``0..keep``, set ``chunks`` aside in sequence :data:`HELD` at their new
+        positions, drop the rest of sequence 0 (see :class:`codecue.backends.base.Backend`).
+
+        The new positions take effect by ``llama_memory_seq_add``: llama.cpp re-rotates the keys of the
+        moved cells by their shift (RoPE) before the next decode, in one pass over the cache."""
+        self._check_open()
+        if not self._can_shift:
+            raise NotImplementedError("this llama.cpp context cannot shift positions")
+        if not 0 <= keep <= self._length:
+            raise ValueError(f"keep must be in 0..{self._length}, got {keep}")
+        cached_end = moved_end = keep
+        for chunk in chunks:
+            if (chunk.length < 1 or chunk.cached_at < cached_end or chunk.moved_to < moved_end
+                    or chunk.cached_at + chunk.length > self._length):
+                raise ValueError(f"chunks must be in order, after {keep} and within {self._length}: {chunks}")
+            cached_end, moved_end = chunk.cached_at + chunk.length, chunk.moved_to + chunk.length
+        lib, memory = self._lib, self._memory
+        self._drop_held()
+        for chunk in chunks:  # the same cells, now in both sequences (unified buffer: no copy)
+            lib.llama_memory_seq_cp(memory, 0, HELD, chunk.cached_at, chunk.cached_at + chunk.length)
+        if not lib.llama_memory_seq_rm(memory, 0, keep, -1):
+            self.reset()  # a memory that can shift removes any range; never keep a state that is unsure
+            return
+        self._length = keep
+        # First past every position in use, then each to its place: a chunk never lands on another one
+        # that has not moved yet (seq_add moves every held cell in the range it is given). Only the net
+        # shift is applied to the keys.
+        away = self._n_ctx
+        lib.llama_memory_seq_add(memory, HELD, -1, -1, away)
+        for chunk in chunks:
+            start = chunk.cached_at + away
+            lib.llama_memory_seq_add(memory, HELD, start, start + chunk.length, chunk.moved_to - start)
+        self._held = {chunk.moved_to: chunk.length for chunk in chunks}
+
+    def place_chunk(self, length: int) -> None:
+        """Move the held chunk at the current length into sequence 0 (see ``hold_chunks``)."""
+        self._check_open()
+        start = self._length
+        if self._held.get(start) != length:
+            raise ValueError(f"no held chunk of {length} tokens at {start} (held: {self._held})")
+        self._lib.llama_memory_seq_cp(self._memory, HELD, 0, start, start + length)
+        self._lib.llama_memory_seq_rm(self._memory, HELD, start, start + length)
+        del self._held[start]
+        self._length = start + length
+
+    def _drop_held(self) -> None:
+        if self._held:
+            self._held = {}
+            self._lib.llama_memory_seq_rm(self._memory, HELD, -1, -1)
 
     # -- helpers ---------------------------------------------------------------------------------
 

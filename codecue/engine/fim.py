@@ -79,13 +79,15 @@ def shorter_budgets(budget: PromptBudget, tokens: int) -> list[PromptBudget]:
     return [window, replace(window, total=tokens, extra=0)]
 
 
-def prompt_within(build: Callable[[PromptBudget], list[int]], budget: PromptBudget, cached: Sequence[int],
-                  limit: int | None) -> list[int]:
-    """The prompt to send when the cache holds ``cached``: the full one (``build(budget)``) when it
+def prompt_within(build: Callable[[PromptBudget], list[int]], budget: PromptBudget,
+                  cached: Sequence[int] | Callable[[list[int]], int], limit: int | None) -> list[int]:
+    """The prompt to send when the cache holds ``cached`` (token ids, whose common prefix with a prompt is
+    reused; or a function giving how many tokens of a prompt the cache would evaluate, such as
+    :meth:`~codecue.backends.base.CachedSequence.uncached`): the full one (``build(budget)``) when it
     evaluates at most ``limit`` new tokens (or there is no limit), else the first of
     :func:`shorter_budgets` that does, else the one with the fewest new tokens."""
     def new_tokens(prompt: list[int]) -> int:
-        return uncached_tokens(cached, prompt)
+        return cached(prompt) if callable(cached) else uncached_tokens(cached, prompt)
 
     prompt = build(budget)
     if limit is None or new_tokens(prompt) <= limit:

@@ -61,6 +61,7 @@ class DepthSchedule:
 class GenerationStats:
     prompt_tokens: int = 0
     prefilled_tokens: int = 0  # prompt tokens actually evaluated (the rest came from the cache)
+    shifted_tokens: int = 0  # of the prompt tokens that came from the cache, those kept by shifting (chunk reuse)
     new_tokens: int = 0
     rounds: int = 0
     drafted: int = 0
@@ -143,7 +144,7 @@ def generate(
     stream = TextStream(decode, params.stop_strings)
     stop_reason = "max_tokens"
     t_first: float | None = None
-    fed_before = target.fed_tokens
+    fed_before, shifted_before = target.fed_tokens, target.shifted_tokens
     depth = DepthSchedule(params.k, max(params.k, params.k_max if params.k_max is not None else params.k))
 
     while len(generated) < params.max_new_tokens:
@@ -165,6 +166,7 @@ def generate(
         logits = target.sync(context + draft.tokens, n_logits=len(draft.tokens) + 1)
         if stats.rounds == 0:
             stats.prefilled_tokens = target.fed_tokens - fed_before - len(draft.tokens)
+            stats.shifted_tokens = target.shifted_tokens - shifted_before
         if sampling.greedy:
             n_accepted, next_token = greedy_accept(draft_tokens, logits)
         else:

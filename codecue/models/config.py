@@ -29,6 +29,7 @@ DRAFT_MODES = ("hybrid", "model", "ngram", "none")
 MODEL_DRAFT_MODES = ("hybrid", "model")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 DRAFT_VOCABS = ("code", "full")
+MAX_CHUNK_REUSE = 8192
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class DecodingSettings:
     draft_vocab: str = "code"  # code: the draft's head scores only ASCII code tokens (when the backend can)
     budget: PromptBudget | None = None  # the FIM prompt's token budget; None: the engine's default
     first_text_ms: int = -1  # the budget's first_text_ms when >= 0 (0: always the full prompt); -1: the budget's
+    # Chunk reuse: keep cached runs of at least this many tokens that reappear further on in a new prompt
+    # (after an edit, a jump, a slid window) by shifting their positions, where the backend can (llama.cpp);
+    # 0: reuse the common prefix only. See CachedSequence and docs/how-it-works.md, "Chunk reuse".
+    chunk_reuse: int = 64
 
     @property
     def uses_draft_model(self) -> bool:
@@ -83,6 +88,9 @@ class DecodingSettings:
             raise CodeCueError(f"unknown draft vocabulary {self.draft_vocab!r}", "choose code or full")
         if not 0.0 <= self.min_confidence < 1.0:
             raise CodeCueError("min_confidence must be in [0, 1)")
+        if not 0 <= self.chunk_reuse <= MAX_CHUNK_REUSE:
+            raise CodeCueError(f"chunk_reuse={self.chunk_reuse} is out of range",
+                               f"choose 0 (prefix reuse only) to {MAX_CHUNK_REUSE} tokens")
 
 
 #: what loading depends on (see :meth:`CompletionConfig.load_key`)
@@ -142,7 +150,7 @@ class CompletionConfig:
 WIRE_FIELDS = {"target": "target", "draft": "draft", "backend": "backend", "draftBackend": "draft_backend",
                "dtype": "dtype", "device": "device", "draftMode": "draft_mode", "k": "k",
                "minConfidence": "min_confidence", "draftVocab": "draft_vocab", "remote": "remote",
-               "firstTextMs": "first_text_ms"}
+               "firstTextMs": "first_text_ms", "chunkReuse": "chunk_reuse"}
 _MODEL_FIELDS = {f.name for f in fields(ModelChoice)}
 _FIELD_TYPES = {f.name: {"int": int, "int | None": int, "float": float}.get(str(f.type), str)
                 for f in (*fields(ModelChoice), *fields(DecodingSettings))}

@@ -60,6 +60,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, unset_is_none: bool 
     g.add_argument("--first-text-ms", type=int, default=None, metavar="MS",
                    help="at a place the cache does not hold, evaluate at most this long of prompt before the "
                         "first text (a shorter prompt; default 400; 0: always the full prompt)")
+    g.add_argument("--chunk-reuse", type=int, default=None, metavar="TOKENS",
+                   help="keep cached runs of at least this many tokens that reappear after an edit or a jump by "
+                        "shifting their positions instead of evaluating them again (llama.cpp; default "
+                        f"{_DEFAULTS['chunk_reuse']}; 0: reuse the common prefix only)")
 
 
 def config_from_args(args: argparse.Namespace) -> CompletionConfig:
@@ -75,5 +79,5 @@ def config_from_args(args: argparse.Namespace) -> CompletionConfig:
                          draft_backend=args.draft_backend, dtype=given("dtype"), device=given("device"))
     decoding = DecodingSettings(draft_mode=mode, k=0 if mode == "none" else given("k"),
                                 min_confidence=given("min_confidence"), draft_vocab=given("draft_vocab"),
-                                first_text_ms=given("first_text_ms"))
+                                first_text_ms=given("first_text_ms"), chunk_reuse=given("chunk_reuse"))
     return CompletionConfig(models, decoding)

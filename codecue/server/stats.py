@@ -113,6 +113,7 @@ class SessionStats:
             "language": language, "runtime": stats.runtime or "local", "stopReason": result.stop_reason,
             "tokens": stats.new_tokens,
             "rounds": stats.rounds, "promptTokens": stats.prompt_tokens, "prefilledTokens": stats.prefilled_tokens,
+            "shiftedTokens": stats.shifted_tokens,
             "ttftMs": round(stats.ttft_ms, 1), "totalMs": round(stats.total_ms, 1), "speculative": stats.speculative,
             "k": stats.k, "drafted": stats.drafted,
         }

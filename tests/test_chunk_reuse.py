@@ -1,0 +1,593 @@
+"""Chunk reuse by position shifting (issue 25): after an edit, a jump or a moved context chunk, the cached
+runs that reappear in the new prompt are kept at their new positions and only the new tokens are
+evaluated (:class:`codecue.backends.base.CachedSequence`, :func:`codecue.backends.base.reuse_plan`).
+
+On the tiny random GGUFs of :mod:`codecue.testing_gguf`, through the llama.cpp backend, with the tokens
+llama.cpp evaluates counted at its decode calls. Self-contained: imports nothing from other test modules.
+
+What these tests measured, and assert (tiny models, logits within about ±5):
+
+- shifting through :class:`CachedSequence` leaves exactly the cache state of the same moves made by hand
+  with llama.cpp's calls: the logits are bit for bit the same;
+- against a fresh evaluation of the new prompt: on a one-layer model (whose keys and values depend on the
+  token and its position only, never on the context) the logits agree within the noise of evaluating in
+  other call sizes (measured 1.2e-3; the bound is 1e-2), so the re-rotation of the keys is right; on the
+  two-layer model they differ by ~0.15, because the second layer's keys of a reused chunk were computed
+  attending to the old text before it (the documented difference: docs/how-it-works.md, "Chunk reuse");
+- speculative greedy decoding from a shifted cache equals target-only greedy decoding from the same
+  shifted cache, token for token, for K = 1, 4, 8 and two drafts.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from codecue.backends.base import CachedSequence, Chunk, reuse_plan
+from codecue.engine.fim import PromptBudget, build_fim_prompt
+from codecue.models.config import DecodingSettings
+
+llamacpp = pytest.importorskip("codecue.backends.llamacpp")
+
+
+def _unavailable() -> str | None:
+    from codecue.errors import BackendUnavailable
+
+    try:
+        llamacpp._load_lib()
+    except BackendUnavailable as exc:
+        return str(exc)
+    return None
+
+
+UNAVAILABLE = _unavailable()
+needs_llama_cpp = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"llama.cpp unavailable: {UNAVAILABLE}")
+
+N_CTX = 2048
+MIN_CHUNK = 64
+# Two evaluations of the same positions in other call sizes agree within this on the tiny models (see the
+# conformance suite: up to 3.6e-3 between batch splits, 5e-3 past 256 cached positions).
+NOISE = 1e-2
+
+
+def source(functions: int = 13, tag: str = "") -> str:
+    """A Python file of distinct small functions (code repeats its shapes, which the search must survive)."""
+    return "".join(
+        f"def handler_{i}{tag}(request, limit={i * 7}):\n"
+        f"    items = fetch{tag}(request, 'kind_{i}')\n"
+        f"    return [x for x in items if x.size{tag} < limit]\n\n"
+        for i in range(functions)
+    )
+
+
+def edited(text: str, at: float = 0.2) -> str:
+    """``text`` with three lines replaced by three others (of another length) ``at`` of the way in."""
+    lines = text.splitlines(keepends=True)
+    i = int(len(lines) * at)
+    new = ["    # the user was here\n", "    retries = 3\n", "    log.debug('edited %s', request)\n"]
+    return "".join(lines[:i] + new + lines[i + 3 :])
+
+
+def common_suffix_length(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    return n
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from codecue.testing_gguf import build_tiny_gguf
+
+    root = tmp_path_factory.mktemp("chunk-reuse")
+    return {"target": build_tiny_gguf(root / "target.gguf", seed=0),
+            "draft": build_tiny_gguf(root / "draft.gguf", seed=1),
+            "one_layer": build_tiny_gguf(root / "one-layer.gguf", seed=0, num_layers=1)}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from codecue.testing import build_tokenizer
+
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def loaded(ggufs: dict[str, Path]):
+    """Backends loaded once: the target twice (a second context for references and as a perfect draft),
+    an unrelated draft, the one-layer model twice, and the target in a context that cannot shift."""
+    if UNAVAILABLE is not None:
+        pytest.skip(f"llama.cpp unavailable: {UNAVAILABLE}")
+    load = llamacpp.LlamaCppBackend.load
+    backends = {"target": load(ggufs["target"], n_ctx=N_CTX), "reference": load(ggufs["target"], n_ctx=N_CTX),
+                "draft": load(ggufs["draft"], n_ctx=N_CTX), "one_layer": load(ggufs["one_layer"], n_ctx=N_CTX),
+                "one_layer_reference": load(ggufs["one_layer"], n_ctx=N_CTX),
+                "unshifting": load(ggufs["target"], n_ctx=N_CTX, shift=False)}
+    yield backends
+    for backend in backends.values():
+        backend.close()
+
+
+@pytest.fixture
+def backends(loaded):
+    for backend in loaded.values():
+        backend.reset()
+    return loaded
+
+
+def count_decodes(backend, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the llama.cpp decode calls ``backend`` makes from now on (what it really evaluates)."""
+    calls: list[int] = []
+    decode = backend._decode
+
+    def counted(chunk, first_output):
+        calls.append(len(chunk))
+        return decode(chunk, first_output)
+
+    monkeypatch.setattr(backend, "_decode", counted)
+    return calls
+
+
+def held_positions(backend) -> tuple[int, int]:
+    """The highest position in sequence 0 and in the held sequence (-1: empty)."""
+    lib, memory = backend._lib, backend._memory
+    return (int(lib.llama_memory_seq_pos_max(memory, 0)), int(lib.llama_memory_seq_pos_max(memory, llamacpp.HELD)))
+
+
+def prompts(tokenizer, before: str, after: str) -> tuple[list[int], list[int]]:
+    """The FIM prompts (whole file as prefix, cursor at its end) for the file before and after an edit."""
+    budget = PromptBudget(total=4000, suffix=16, extra=0, layout="psm", first_text_ms=0)
+    return (build_fim_prompt(tokenizer, before, "\n", budget), build_fim_prompt(tokenizer, after, "\n", budget))
+
+
+def random_tokens(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(10, 300) for _ in range(n)]
+
+
+# -- the search, no model needed ------------------------------------------------------------------------
+
+
+def test_the_plan_keeps_what_follows_an_insertion_a_deletion_and_a_replacement() -> None:
+    cached = random_tokens(300, 1)
+    inserted = cached[:50] + [1, 2, 3] + cached[50:]
+    assert reuse_plan(cached, inserted, 50, len(inserted), 64) == [Chunk(50, 53, 250)]
+    deleted = cached[:50] + cached[80:]
+    assert reuse_plan(cached, deleted, 50, len(deleted), 64) == [Chunk(80, 50, 220)]
+    replaced = cached[:50] + [1, 2, 3, 4, 5] + cached[60:] + [7, 8]
+    assert reuse_plan(cached, replaced, 50, len(replaced), 64) == [Chunk(60, 55, 240)]
+
+
+def test_the_plan_keeps_order_length_and_the_end_it_is_given() -> None:
+    a, b, c = random_tokens(100, 2), random_tokens(100, 3), random_tokens(100, 4)
+    head = [5] * 10
+    cached = head + a + b + c
+    moved = head + b + c + a  # a chunk moved to the end: b and c are kept, a is evaluated again
+    assert reuse_plan(cached, moved, 10, len(moved), 64) == [Chunk(110, 10, 200)]
+    # Runs shorter than min_chunk are evaluated again; min_chunk 0 turns the search off.
+    short = head + a[:40] + [1] + b
+    assert reuse_plan(cached, short, 10, len(short), 64) == [Chunk(110, 51, 100)]
+    assert reuse_plan(cached, short, 10, len(short), 0) == []
+    # Nothing at or after `end` is planned (those tokens are fed for their logits).
+    assert reuse_plan(cached, moved, 10, 150, 64) == [Chunk(110, 10, 140)]
+    assert reuse_plan(cached, moved, 10, 70, 64) == []
+
+
+def test_the_plan_takes_the_heaviest_chain_not_the_first_run_found() -> None:
+    """A run that comes first in the new tokens but last in the cache would cost the long run before it
+    (what a greedy scan, llama-server's, does): the plan keeps the long one and evaluates the short one."""
+    head, long, short = [5] * 10, random_tokens(300, 11), random_tokens(70, 12)
+    cached, new = head + long + short, head + short + long
+    assert reuse_plan(cached, new, 10, len(new), 64) == [Chunk(10, 80, 300)]
+
+
+def test_the_plan_stays_cheap_on_pathological_repetition() -> None:
+    import time
+
+    for cached, new in (([7] * 1500, [7] * 20 + [8] + [7] * 1500), ([1, 2, 3] * 500, [1, 2, 3] * 10 + [9] + [1, 2, 3] * 500)):
+        started = time.perf_counter()
+        chunks = reuse_plan(cached, new, 20, len(new), 64)
+        assert time.perf_counter() - started < 0.5
+        assert sum(chunk.length for chunk in chunks) >= 1400
+
+
+def test_the_plan_survives_repetitive_code(tokenizer) -> None:
+    """Many near-identical lines: every chunk is a real match, and the whole tail after an edit is kept."""
+    before, after = (tokenizer.encode(t, add_special_tokens=False) for t in (source(40), edited(source(40))))
+    keep = next(i for i, (x, y) in enumerate(zip(before, after, strict=False)) if x != y)
+    chunks = reuse_plan(before, after, keep, len(after), MIN_CHUNK)
+    for chunk in chunks:
+        assert chunk.length >= MIN_CHUNK
+        assert before[chunk.cached_at : chunk.cached_at + chunk.length] == after[chunk.moved_to : chunk.moved_to +
+                                                                                 chunk.length]
+    assert sum(chunk.length for chunk in chunks) >= common_suffix_length(before, after)
+
+
+# -- (a) an edit evaluates only what changed ------------------------------------------------------------
+
+
+@needs_llama_cpp
+def test_an_edit_early_in_a_long_prompt_evaluates_only_the_changed_tokens(backends, tokenizer, monkeypatch) -> None:
+    target = backends["target"]
+    before, after = prompts(tokenizer, source(), edited(source()))
+    assert len(before) > 1000
+    keep = next(i for i, (x, y) in enumerate(zip(before, after, strict=False)) if x != y)
+    assert keep < len(before) * 0.3  # the edit is early: prefix reuse alone would evaluate 70%+ again
+    changed = len(after) - keep - common_suffix_length(before, after)
+
+    seq = CachedSequence(target, min_chunk=MIN_CHUNK)
+    seq.sync(before, 1)
+    assert seq.uncached(after) == changed
+    decoded = count_decodes(target, monkeypatch)
+    fed, reused = seq.fed_tokens, seq.reused_tokens
+    logits = seq.sync(after, 1)
+
+    # The changed tokens, and the last one again for its logits: counted at llama.cpp's decode calls.
+    assert sum(decoded) == changed + 1
+    assert seq.fed_tokens - fed == changed + 1
+    assert seq.shifted_tokens == len(after) - keep - changed - 1
+    assert seq.reused_tokens - reused == len(after) - changed - 1
+    assert seq.tokens == after and target.length == len(after)
+    assert held_positions(target) == (len(after) - 1, -1)
+    assert logits.shape == (1, target.vocab_size)
+
+    # Without chunk reuse, everything after the edit is evaluated again.
+    plain = CachedSequence(backends["reference"])
+    plain.sync(before, 1)
+    fed = plain.fed_tokens
+    plain.sync(after, 1)
+    assert plain.fed_tokens - fed == len(after) - keep
+
+
+@needs_llama_cpp
+def test_a_moved_context_chunk_evaluates_only_that_chunk(backends, tokenizer, monkeypatch) -> None:
+    """Project context chunks in a new order (one moved to the end): the others and the file are kept."""
+    target = backends["target"]
+    budget = PromptBudget(total=4000, suffix=16, extra=3000, layout="psm", first_text_ms=0)
+    chunks = [(f"lib/{name}.py", source(3, tag=f"_{name}")) for name in ("alpha", "beta", "gamma")]
+    before = build_fim_prompt(tokenizer, source(6), "\n", budget, chunks, path="main.py")
+    after = build_fim_prompt(tokenizer, source(6), "\n", budget, chunks[1:] + chunks[:1], path="main.py")
+    alpha = tokenizer.encode(f"<|file_sep|>lib/alpha.py\n{chunks[0][1].rstrip()}\n", add_special_tokens=False)
+
+    seq = CachedSequence(target, min_chunk=MIN_CHUNK)
+    seq.sync(before, 1)
+    decoded = count_decodes(target, monkeypatch)
+    seq.sync(after, 1)
+    # The moved chunk (give or take a token where it meets its neighbours) and the last token.
+    assert abs(sum(decoded) - (len(alpha) + 1)) <= 2
+    assert seq.shifted_tokens >= len(after) - len(alpha) - 64
+
+
+# -- (b) exactness: speculation after a shift is the target's own greedy output ---------------------------
+
+
+def _generate(seq: CachedSequence, proposer, prompt: list[int], k: int, tokenizer, max_new: int = 40):
+    from codecue.engine.speculative import GenerationParams, generate
+
+    return generate(seq, proposer, prompt, GenerationParams(max_new_tokens=max_new, k=k, k_max=k),
+                    decode=tokenizer.decode, eos_ids=())
+
+
+def _holding(backend, tokens: list[int]) -> CachedSequence:
+    """A chunk-reusing cache over ``backend`` that holds ``tokens`` (the state before the edit)."""
+    backend.reset()
+    seq = CachedSequence(backend, min_chunk=MIN_CHUNK)
+    seq.sync(tokens, 1)
+    return seq
+
+
+def _assert_same_greedy(got: list[int], expected: list[int], reference_seq: CachedSequence) -> None:
+    if got != expected:
+        i = next(j for j, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b)
+        pytest.fail(f"speculative output diverges from target-only greedy at new token {i}: "
+                    f"{got[i:i + 3]} vs {expected[i:i + 3]}")
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("k", [1, 4, 8])
+@pytest.mark.parametrize("drafter", ["draft", "reference"])  # an unrelated model; the target's own weights
+def test_speculation_after_a_shift_equals_target_only_decoding_from_the_same_cache(
+        backends, tokenizer, k: int, drafter: str) -> None:
+    from codecue.engine.proposers import DraftModelProposer
+    from codecue.engine.sampling import Sampling
+
+    target = backends["target"]
+    before, after = prompts(tokenizer, source(), edited(source()))
+
+    seq = _holding(target, before)
+    reference = _generate(seq, None, after, 0, tokenizer)
+    assert seq.shifted_tokens > 0.7 * len(after)  # the generation started from a shifted cache
+
+    seq = _holding(target, before)
+    draft_seq = _holding(backends[drafter], before)
+    speculative = _generate(seq, DraftModelProposer(draft_seq, Sampling()), after, k, tokenizer)
+    assert seq.shifted_tokens > 0.7 * len(after) and draft_seq.shifted_tokens > 0.7 * len(after)  # both shifted
+    assert speculative.stats.shifted_tokens == seq.shifted_tokens
+    assert speculative.stats.prefilled_tokens < 100
+    assert speculative.stats.speculative and speculative.stats.drafted > 0
+    if drafter == "reference":
+        assert speculative.stats.acceptance_rate > 0.9  # the same weights: full-width verifications too
+    _assert_same_greedy(speculative.tokens, reference.tokens, seq)
+    assert len(reference.tokens) == 40
+
+
+@needs_llama_cpp
+def test_ngram_speculation_after_a_shift_equals_target_only_decoding(backends, tokenizer) -> None:
+    from codecue.engine.proposers import NgramProposer
+
+    target = backends["target"]
+    before, after = prompts(tokenizer, source(), edited(source()))
+    reference = _generate(_holding(target, before), None, after, 0, tokenizer)
+    seq = _holding(target, before)
+    speculative = _generate(seq, NgramProposer(max_ngram=4, min_ngram=1), after, 6, tokenizer)
+    assert speculative.stats.drafted > 0 and speculative.stats.shifted_tokens > 0.7 * len(after)
+    _assert_same_greedy(speculative.tokens, reference.tokens, seq)
+
+
+# -- (c) the logits after a shift ------------------------------------------------------------------------
+
+
+def _by_hand_insertion(backend, old: list[int], keep: int, chunk: Chunk, new: list[int], n_logits: int):
+    """The moves of an insertion made with llama.cpp's own calls: the chunk waits in sequence 1, shifted,
+    while the inserted tokens are evaluated in sequence 0, then joins sequence 0; then the tail."""
+    lib, memory = backend._lib, backend._memory
+    backend.reset()
+    backend.forward(old, 1)
+    end = chunk.cached_at + chunk.length
+    lib.llama_memory_seq_cp(memory, 0, 1, chunk.cached_at, end)
+    lib.llama_memory_seq_rm(memory, 0, keep, -1)
+    lib.llama_memory_seq_add(memory, 1, chunk.cached_at, end, chunk.shift)
+    backend._length = keep
+    if chunk.moved_to > keep:
+        backend.forward(new[keep : chunk.moved_to], 0)
+    lib.llama_memory_seq_cp(memory, 1, 0, chunk.moved_to, chunk.moved_to + chunk.length)
+    lib.llama_memory_seq_rm(memory, 1, -1, -1)
+    backend._length = chunk.moved_to + chunk.length
+    return backend.forward(new[backend._length :], n_logits)
+
+
+def _by_hand_deletion(backend, old: list[int], keep: int, chunk: Chunk, new: list[int], n_logits: int):
+    """llama-server's --cache-reuse moves, in one sequence: remove the gap, shift the chunk left, drop the
+    rest, evaluate the tail."""
+    lib, memory = backend._lib, backend._memory
+    backend.reset()
+    backend.forward(old, 1)
+    end = chunk.cached_at + chunk.length
+    lib.llama_memory_seq_rm(memory, 0, keep, chunk.cached_at)
+    lib.llama_memory_seq_add(memory, 0, chunk.cached_at, end, chunk.shift)
+    lib.llama_memory_seq_rm(memory, 0, end + chunk.shift, -1)
+    backend._length = chunk.moved_to + chunk.length
+    return backend.forward(new[backend._length :], n_logits)
+
+
+OLD = random_tokens(420, 5)
+EDITS = {
+    "insertion": OLD[:80] + random_tokens(14, 6) + OLD[90:] + [11, 12, 13],  # 10 tokens replaced by 14
+    "deletion": OLD[:80] + OLD[120:] + [11, 12, 13],  # 40 tokens removed (the window slid, say)
+    "same length": OLD[:80] + random_tokens(10, 7) + OLD[90:] + [11, 12, 13],  # a chunk that stays put
+}
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_logits_after_a_shift_are_those_of_the_same_moves_made_by_hand(backends, edit: str) -> None:
+    new = EDITS[edit]
+    seq = _holding(backends["target"], OLD)
+    keep, [chunk] = seq.plan(new, 4)
+    shifted = seq.sync(new, 4)
+    assert seq.shifted_tokens == chunk.length > 250
+    by_hand = _by_hand_deletion if chunk.shift < 0 else _by_hand_insertion
+    assert torch.equal(shifted, by_hand(backends["reference"], OLD, keep, chunk, new, 4))
+    if chunk.shift < 0:  # the two-sequence moves leave the very state llama-server's one-sequence ones do
+        assert torch.equal(shifted, _by_hand_insertion(backends["reference"], OLD, keep, chunk, new, 4))
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_a_shift_differs_from_a_fresh_evaluation_only_by_the_stale_context(backends, edit: str) -> None:
+    """One layer: keys and values depend on the token and its position alone, so a shifted cache is a
+    fresh one up to rounding (the keys re-rotated by the shift, or not rotated for a chunk that stays put).
+    Two layers: the second layer's keys of the kept chunk attended to the old text, and the logits move."""
+    new = EDITS[edit]
+    differences = {}
+    for model, reference in (("one_layer", "one_layer_reference"), ("target", "reference")):
+        shifted = _holding(backends[model], OLD).sync(new, 4)
+        backends[reference].reset()
+        fresh = backends[reference].forward(new, 4)
+        differences[model] = float((shifted - fresh).abs().max())
+        if model == "one_layer":
+            assert torch.equal(shifted.argmax(-1), fresh.argmax(-1))
+    assert differences["one_layer"] < NOISE
+    assert differences["target"] > 5 * NOISE
+
+
+# -- (d) rollback after a shift --------------------------------------------------------------------------
+
+
+@needs_llama_cpp
+def test_truncate_after_a_shift_rolls_back_like_the_same_moves_made_by_hand(backends) -> None:
+    new = EDITS["insertion"]
+    seq = _holding(backends["target"], OLD)
+    keep, [chunk] = seq.plan(new, 1)
+    seq.sync(new, 1)
+    inside = chunk.moved_to + 100  # into the shifted chunk
+    seq.truncate(inside)
+    assert backends["target"].length == inside and held_positions(backends["target"]) == (inside - 1, -1)
+    continuation = random_tokens(20, 8)
+    rows = seq.sync(new[:inside] + continuation, 5)
+
+    reference = backends["reference"]
+    _by_hand_insertion(reference, OLD, keep, chunk, new, 1)
+    reference.truncate(inside)
+    assert torch.equal(rows, reference.forward(continuation, 5))
+
+    # Back to before the chunk: what is evaluated again is evaluated fresh, after the kept prefix.
+    seq.truncate(keep)
+    again = seq.sync(new, 3)
+    reference.reset()
+    torch.testing.assert_close(again, _holding(reference, OLD[:keep]).sync(new, 3), atol=NOISE, rtol=0)
+
+
+@needs_llama_cpp
+def test_a_failed_evaluation_during_a_shift_drops_the_held_chunks(backends, monkeypatch) -> None:
+    target = backends["target"]
+    new = EDITS["insertion"]
+    seq = _holding(target, OLD)
+
+    def failing(tokens, n_logits=None):
+        raise RuntimeError("llama_decode failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(target, "forward", failing)
+        with pytest.raises(RuntimeError):
+            seq.sync(new, 1)
+    assert len(seq.tokens) == target.length == 80 and held_positions(target) == (79, -1)
+    rows = seq.sync(new, 2)  # the cache is usable: the chunk was dropped, so it is evaluated
+    assert seq.tokens == new and held_positions(target) == (len(new) - 1, -1)
+    backends["reference"].reset()
+    torch.testing.assert_close(rows, backends["reference"].forward(new, 2), atol=NOISE, rtol=0)
+
+
+@needs_llama_cpp
+def test_a_prefill_stopped_between_steps_keeps_a_prefix_and_no_held_chunk(backends) -> None:
+    target = backends["target"]
+    new = EDITS["insertion"]
+    seq = _holding(target, OLD)
+    steps = seq.prefill(new, 4)
+    assert next(steps) == 4  # the first 4 of the 14 inserted tokens; the chunk waits, held
+    assert held_positions(target)[1] == 94 + 330 - 1
+    steps.close()
+    assert seq.tokens == new[:84] and target.length == 84 and held_positions(target) == (83, -1)
+    steps = list(seq.prefill(new, 64))  # the chunk is gone: evaluated again, 64 tokens a step
+    assert sum(steps) == len(new) - 84 and max(steps) == 64
+    assert seq.tokens == new
+
+
+# -- (e) backends that cannot shift ----------------------------------------------------------------------
+
+
+@needs_llama_cpp
+def test_a_context_that_cannot_shift_keeps_prefix_reuse(backends, monkeypatch) -> None:
+    unshifting = backends["unshifting"]
+    assert not unshifting.can_shift and backends["target"].can_shift
+    new = EDITS["insertion"]
+    seq = _holding(unshifting, OLD)
+    assert seq.plan(new, 1) == (80, [])
+    decoded = count_decodes(unshifting, monkeypatch)
+    rows = seq.sync(new, 2)
+    assert sum(decoded) == len(new) - 80 and seq.shifted_tokens == 0
+    backends["reference"].reset()
+    prefix_only = CachedSequence(backends["reference"])
+    prefix_only.sync(OLD, 1)
+    assert torch.equal(rows, prefix_only.sync(new, 2))  # one sequence or two: the same numbers
+
+
+@needs_llama_cpp
+def test_a_second_sequence_changes_nothing_for_the_first(backends) -> None:
+    tokens = random_tokens(300, 9)
+    one, two = backends["unshifting"], backends["reference"]
+    assert torch.equal(one.forward(tokens), two.forward(tokens))
+    assert torch.equal(one.forward(tokens[:9]), two.forward(tokens[:9]))
+    assert torch.equal(one.forward(tokens[:1]), two.forward(tokens[:1]))
+
+
+def test_torch_keeps_prefix_reuse_and_its_outputs(tokenizer, tmp_path: Path) -> None:
+    from codecue.backends.torch_backend import TorchBackend
+    from codecue.testing import build_tiny_model_dir
+
+    backend = TorchBackend.from_pretrained(build_tiny_model_dir(tmp_path / "tiny", seed=0), dtype="float32")
+    assert not backend.can_shift
+    old, new = OLD[:200], OLD[:40] + random_tokens(5, 10) + OLD[50:200]
+    outputs = []
+    for min_chunk in (0, MIN_CHUNK):
+        backend.reset()
+        seq = CachedSequence(backend, min_chunk=min_chunk)
+        seq.sync(old, 1)
+        assert seq.plan(new, 1) == (40, [])
+        fed = seq.fed_tokens
+        result = _generate(seq, None, new, 0, tokenizer, max_new=12)
+        assert seq.fed_tokens - fed == len(new) - 40 + 11 and seq.shifted_tokens == 0
+        outputs.append(result.tokens)
+    assert outputs[0] == outputs[1]
+
+
+def test_a_backend_that_does_not_declare_shifting_cannot_shift() -> None:
+    class Bare:  # a duck-typed backend from before the capability existed
+        name = "bare"
+        vocab_size = 400
+        max_length = 4096
+
+        def __init__(self) -> None:
+            self.length = 0
+
+        def forward(self, tokens, n_logits=None):
+            self.length += len(tokens)
+            return torch.zeros(len(tokens) if n_logits is None else n_logits, 400)
+
+        def truncate(self, length):
+            self.length = min(self.length, length)
+
+        def reset(self):
+            self.length = 0
+
+    seq = CachedSequence(Bare(), min_chunk=MIN_CHUNK)  # type: ignore[arg-type]
+    seq.sync(OLD, 1)
+    fed = seq.fed_tokens
+    seq.sync(EDITS["insertion"], 1)
+    assert not seq.shifts and seq.fed_tokens - fed == len(EDITS["insertion"]) - 80
+
+
+# -- the completer's setting -----------------------------------------------------------------------------
+
+
+@needs_llama_cpp
+def test_the_completer_setting_turns_chunk_reuse_on_and_off_per_request(ggufs, tokenizer) -> None:
+    from codecue.completion import Completer
+
+    load = llamacpp.LlamaCppBackend.load
+    target, draft = load(ggufs["target"], n_ctx=N_CTX), load(ggufs["draft"], n_ctx=N_CTX)
+    try:
+        completer = Completer(tokenizer, target, draft, DecodingSettings(draft_vocab="full", min_confidence=0.0,
+                                                                         first_text_ms=0))
+        assert completer.target.min_chunk == completer.draft.min_chunk == DecodingSettings().chunk_reuse == 64
+        text, later = source(), edited(source())
+        completer.warm_context(text, "\n")
+        full = completer.build_prompt(later, "\n", full=True)
+        assert completer.uncached(full) < 60  # what the short-first-prompt choice sees
+        warmed = completer.warm_context(later, "\n")  # the warm-up shifts too
+        assert warmed < 60
+        assert min(completer.target.shifted_tokens, completer.draft.shifted_tokens) > 0.7 * len(full)
+
+        off = DecodingSettings(draft_vocab="full", min_confidence=0.0, first_text_ms=0, chunk_reuse=0)
+        completer.warm_context(text, "\n", decoding=off)  # prefix reuse only: the whole tail again
+        assert completer.target.min_chunk == 0
+        result = completer.complete(later, "\n", max_tokens=4, k=2, decoding=off)
+        assert result.stats.shifted_tokens == 0 and result.stats.prefilled_tokens > 0.7 * len(full)
+
+        on = DecodingSettings(draft_vocab="full", min_confidence=0.0, first_text_ms=0)
+        completer.warm_context(text, "\n", decoding=on)
+        result = completer.complete(later, "\n", max_tokens=4, k=2, decoding=on)
+        assert result.stats.shifted_tokens > 0.7 * len(full) and result.stats.prefilled_tokens < 60
+    finally:
+        target.close()
+        draft.close()
+
+
+def test_the_setting_is_checked_and_travels_as_a_flag_and_a_wire_field() -> None:
+    import argparse
+
+    from codecue.errors import CodeCueError
+    from codecue.models.config import WIRE_FIELDS, CompletionConfig
+    from codecue.models.flags import add_model_arguments, config_from_args
+
+    with pytest.raises(CodeCueError, match="chunk_reuse"):
+        DecodingSettings(chunk_reuse=-1).validate()
+    parser = argparse.ArgumentParser()
+    add_model_arguments(parser)
+    assert config_from_args(parser.parse_args(["--chunk-reuse", "0"])).decoding.chunk_reuse == 0
+    assert config_from_args(parser.parse_args([])).decoding.chunk_reuse == 64
+    assert WIRE_FIELDS["chunkReuse"] == "chunk_reuse"
+    assert CompletionConfig().with_wire_values({"chunkReuse": 128}).decoding.chunk_reuse == 128
