@@ -182,10 +182,11 @@ async def test_a_cursor_move_warms_the_full_prompt_of_the_new_place(start, model
     assert warm["evaluatedTokens"] > there["promptTokens"] // 2  # ... which the warm-up evaluated
     assert there["prefilledTokens"] <= 4  # the request found it cached
 
-    # Control: a place that was never announced evaluates its prompt (at least a first window of 32+).
+    # Control: a place that was never announced is not in the cache (on a slow machine its first prompt is a
+    # short window around the cursor, which is all new).
     await asyncio.wait_for(client.complete(URI, *ELSEWHERE), TIMEOUT)
     cold = (await client.stats())["session"]["lastGeneration"]
-    assert cold["prefilledTokens"] > 30
+    assert cold["prefilledTokens"] > max(8, there["prefilledTokens"])
 
     # Nothing is warmed where the server does not complete: a language turned off, a document not open.
     client.open("file:///off.txt", TEXT, "plaintext-off")
