@@ -112,7 +112,8 @@ class InlineCompletions:
     def __init__(self, server: CodeCueServer) -> None:
         self.server = server
         self.active: dict[str, Generation] = {}
-        self.warming: GenerationJob | None = None
+        self.warming: GenerationJob | None = None  # this session's latest warm-up, and its place:
+        self.warming_at: tuple[str, str, str] | None = None  # (uri, prefix, suffix)
 
     # -- entry point ---------------------------------------------------------------------------------
     def snapshot(self, params: types.InlineCompletionParams, request_id: int | str | None) -> CompletionRequest | None:
@@ -353,11 +354,18 @@ class InlineCompletions:
         self._start(ahead, request, background=True)
 
     def warm(self, uri: str, line: int = 0, character: int = 0) -> None:
-        """Evaluate the prompt for a place in ``uri`` into the caches while the models are idle (a
-        document was opened, or the editor said the cursor moved): cancelled by any real request."""
+        """Evaluate the full prompt for a place in ``uri`` into the caches while the models are idle (a
+        document was opened, or the editor said the cursor moved there); any real request cancels it.
+
+        A generation running for the document at this place (or one the cursor only typed forward from)
+        already holds it: nothing to do. One running elsewhere with no request waiting for it (the
+        suggestion prefetched after an accept, where the cursor no longer is) is cancelled for this
+        warm-up; one a request waits for is left alone, and the warm-up runs after it."""
         server = self.server
         doc = server.documents.get(uri)
-        if doc is None or not doc.completable or (uri in self.active and self.active[uri].live):
+        if doc is None or not doc.completable:
+            return
+        if not server.options.language_enabled(doc.language_id, server.hooks.language(doc.language_id)):
             return
         if not server.worker.holds(server.completion_config):
             return  # opening a file does not load the models; the first completion does
@@ -365,13 +373,32 @@ class InlineCompletions:
             prefix, suffix = doc.split(line, character)
         except PositionError:
             return
-        if self.warming is not None:
-            self.warming.cancel()
-        self.warming = GenerationJob(config=server.completion_config, prefix=prefix, suffix=suffix,
-                                     extra_context=self._context(uri, doc.language_id, prefix, suffix),
-                                     path=uri_to_path(uri),
-                                     background=True, warm_only=True, label=f"warm {uri}")
-        server.worker.submit(self.warming)
+        gen = self.active.get(uri)
+        if gen is not None and gen.live:
+            if typed_since(gen.prefix, gen.suffix, prefix, suffix) is not None:
+                return
+            if gen.subscriber is None:
+                self._cancel(gen, superseded=False)
+        warming = self.warming
+        if warming is not None and not warming.future.done() and not warming.is_cancelled \
+                and self.warming_at == (uri, prefix, suffix):
+            return  # already on its way
+        job = GenerationJob(config=server.completion_config, prefix=prefix, suffix=suffix,
+                            extra_context=self._context(uri, doc.language_id, prefix, suffix),
+                            path=uri_to_path(uri),
+                            background=True, warm_only=True, label=f"warm {uri}:{line}:{character}")
+        if warming is not None:
+            warming.cancel()
+        self.warming, self.warming_at = job, (uri, prefix, suffix)
+        server.stats.warm_ups += 1
+        loop = asyncio.get_running_loop()
+        job.future.add_done_callback(lambda _: _call_soon(loop, self._on_warm_done, job, uri, line, character))
+        server.worker.submit(job)
+
+    def _on_warm_done(self, job: GenerationJob, uri: str, line: int, character: int) -> None:
+        self.server.stats.record_warm(uri, line, character, job.warmed_tokens or 0, job.warm_complete)
+        if self.warming is job:
+            self.warming, self.warming_at = None, None
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def forget(self, uri: str) -> None:

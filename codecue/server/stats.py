@@ -94,6 +94,10 @@ class SessionStats:
         self.runtimes: dict[str, LanguageStats] = {}
         self.type_through = 0
         self.prefetched = 0  # next suggestions generated ahead, after one was accepted
+        self.warm_ups = 0  # places whose prompt was sent to be warmed (document opened, cursor moved)
+        self.warmed = 0  # ... that got through their whole prompt
+        self.warm_cancelled = 0  # ... that a request (or a newer warm-up) cancelled first
+        self.last_warm: dict[str, Any] | None = None
         self.adopted = 0  # requests answered by a generation already running for an earlier keystroke
         self.diverged = 0  # joined generations that turned out to disagree with the typing, and restarted
         self.superseded = 0
@@ -119,6 +123,14 @@ class SessionStats:
         }
         self.generations.append(self.last_generation)
 
+    def record_warm(self, uri: str, line: int, character: int, evaluated: int, complete: bool) -> None:
+        if complete:
+            self.warmed += 1
+        else:
+            self.warm_cancelled += 1
+        self.last_warm = {"uri": uri, "line": line, "character": character, "evaluatedTokens": evaluated,
+                          "cancelled": not complete}
+
     def record_cancel(self, record: CancelRecord) -> None:
         self.max_rounds_after_cancel = max(self.max_rounds_after_cancel, record.rounds_after_cancel)
         self.last_cancel = record
@@ -135,6 +147,10 @@ class SessionStats:
             "session": {
                 "typeThrough": self.type_through,
                 "prefetched": self.prefetched,
+                "warmUps": self.warm_ups,
+                "warmed": self.warmed,
+                "warmCancelled": self.warm_cancelled,
+                "lastWarm": self.last_warm,
                 "adopted": self.adopted,
                 "diverged": self.diverged,
                 "superseded": self.superseded,

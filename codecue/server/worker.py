@@ -86,6 +86,10 @@ class GenerationJob:
     future: Future[GenerationResult | None] = field(default_factory=Future)
     rounds_started: int = 0
     rounds_at_cancel: int | None = None
+    #: a warm-up's outcome, set when it ran: prompt tokens the target evaluated (what its cache lacked)
+    #: and whether it got through the whole prompt (False: cancelled part way)
+    warmed_tokens: int | None = None
+    warm_complete: bool = False
     _cancel: threading.Event = field(default_factory=threading.Event)
     _on_cancel: list[Callable[[], None]] = field(default_factory=list, init=False, repr=False)
 
@@ -172,6 +176,11 @@ class ModelWorker:
                 # Work that only prepares the future never delays a request: drop it.
                 self._cancel_background_locked()
                 self._refine = None
+            elif job.warm_only:
+                # A warm-up for where the editor is now: an older one (the last request's place, an
+                # earlier cursor position) would only evict what this one evaluates.
+                self._cancel_background_locked(warm_only=True)
+                self._refine = None
             self._queue.append(job)
             if self._interrupt_idle_work is not None:
                 self._interrupt_idle_work()
@@ -188,12 +197,16 @@ class ModelWorker:
             self._cond.notify()
         return job.future
 
-    def _cancel_background_locked(self) -> None:
-        for waiting in [j for j in self._queue if j.background]:
+    def _cancel_background_locked(self, warm_only: bool = False) -> None:
+        """Drop the queued background jobs and cancel the running one (only warm-ups: ``warm_only``)."""
+        def dropped(job: GenerationJob) -> bool:
+            return job.background and (job.warm_only or not warm_only)
+
+        for waiting in [j for j in self._queue if dropped(j)]:
             self._queue.remove(waiting)
             waiting.cancel()
             waiting.future.set_result(None)
-        if self._running is not None and self._running.background:
+        if self._running is not None and dropped(self._running):
             self._running.cancel()
 
     @property
@@ -414,8 +427,9 @@ class ModelWorker:
                 prefix = stable_prefix(job.prefix, budget)
                 if job.warm_only:
                     _link_cancel(job, completer)
-                    completer.warm_context(prefix, job.suffix, job.extra_context, path=job.path,
-                                           cancelled=job.poll_cancelled, decoding=decoding)
+                    job.warmed_tokens = completer.warm_context(prefix, job.suffix, job.extra_context, path=job.path,
+                                                               cancelled=job.poll_cancelled, decoding=decoding)
+                    job.warm_complete = not job.is_cancelled
                     job.future.set_result(None)
                     continue
                 depth = self.depth_for(job)
@@ -437,12 +451,15 @@ class ModelWorker:
                 )
                 self.generations += 1
                 shown = tidy_completion(result.text, job.prefix, job.suffix, result.stop_reason)
-                job.future.set_result(replace(result, text=shown) if shown != result.text else result)
                 if not job.background and budget.first_text_ms:
+                    # Before the answer goes out: a warm-up the editor asks for after it (the cursor moved
+                    # on) must find this one to drop. One already waiting is for a newer place.
                     with self._cond:
-                        self._refine = replace(job, background=True, warm_only=True, on_text=None, on_round=None,
-                                               stop_rule=None, label=f"warm after {job.label}",
-                                               future=Future(), _cancel=threading.Event())
+                        if not any(waiting.warm_only for waiting in self._queue):
+                            self._refine = replace(job, background=True, warm_only=True, on_text=None,
+                                                   on_round=None, stop_rule=None, label=f"warm after {job.label}",
+                                                   future=Future(), _cancel=threading.Event())
+                job.future.set_result(replace(result, text=shown) if shown != result.text else result)
             except BaseException as exc:  # noqa: BLE001 - the job's owner reports it; the worker lives on
                 if isinstance(exc, ModelProcessCrashed):
                     with self._cond:  # the next job starts a new model process

@@ -8,7 +8,7 @@ user is expected to type. While the document's text before the cursor is a prefi
 completion is the script's next characters (a perfect model); elsewhere it is a canned line that depends on
 the cursor offset, so a stale suggestion is told apart from a fresh one.
 
-Every request, cancellation and answer is appended to ``--log`` as one JSON object a line, so tests can
+Every request, cancellation, answer and ``codecue/cursorMoved`` is appended to ``--log`` as one JSON object a line, so tests can
 assert what the server saw.
 """
 
@@ -26,9 +26,11 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
 
 PARTIAL_METHOD = "codecue/partialCompletion"
 STATS_METHOD = "codecue/stats"
+CURSOR_MOVED_METHOD = "codecue/cursorMoved"
 
 
 def completion_for(prefix: str, script: str, max_chars: int) -> str:
@@ -38,9 +40,20 @@ def completion_for(prefix: str, script: str, max_chars: int) -> str:
     return f"pass  # mock completion at offset {len(prefix)}"
 
 
+class Utf16Protocol(LanguageServerProtocol):
+    """Positions in UTF-16 whatever the client offers, as the real server does (``--utf16``)."""
+
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        if params.capabilities.general is not None:
+            params.capabilities.general.position_encodings = [types.PositionEncodingKind.Utf16]
+        return (yield from super().lsp_initialize(params))
+
+
 class MockCodeCueServer(LanguageServer):
     def __init__(self, options: argparse.Namespace) -> None:
-        super().__init__("codecue-mock", "0.1")
+        protocol = {"protocol_cls": Utf16Protocol} if options.utf16 else {}
+        super().__init__("codecue-mock", "0.1", **protocol)
         self.options = options
         self.script = Path(options.script).read_text() if options.script else ""
         self.latest_request_for_uri: dict[str, Any] = {}
@@ -144,6 +157,11 @@ def build_server(options: argparse.Namespace) -> MockCodeCueServer:
         }
         return {"languages": {"python": row}, "total": row}
 
+    @server.feature(CURSOR_MOVED_METHOD)
+    def on_cursor_moved(ls: MockCodeCueServer, params: Any) -> None:
+        ls.log_event(event="cursorMoved", uri=params.textDocument.uri, line=params.position.line,
+                     character=params.position.character, time=time.time())
+
     @server.feature(STATS_METHOD)
     def on_stats(ls: MockCodeCueServer, params: Any) -> dict[str, Any]:
         return stats(ls)
@@ -167,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--items", type=int, default=1, help="number of alternative items")
     parser.add_argument("--log", help="append one JSON object per event to this file")
+    parser.add_argument("--utf16", action="store_true", help="positions in UTF-16 always, as the real server")
     parser.add_argument(
         "--require-file",
         help="exit with a 'model not found' error (like a missing model) unless this file exists",

@@ -57,6 +57,22 @@ export class CompletionCache {
    * match wins; a hit becomes the most recently used.
    */
   lookup(uri: string, offset: number, read: TextReader): string | undefined {
+    const found = this.find(uri, offset, read);
+    if (!found) {
+      return undefined;
+    }
+    const [key, entry] = found;
+    this.entries.delete(key);
+    this.entries.set(key, entry);
+    return entry.text.slice(offset - entry.offset);
+  }
+
+  /** Whether {@link lookup} would answer at `offset` (without making the entry the most recently used). */
+  covers(uri: string, offset: number, read: TextReader): boolean {
+    return this.find(uri, offset, read) !== undefined;
+  }
+
+  private find(uri: string, offset: number, read: TextReader): [string, CacheEntry] | undefined {
     const keys = [...this.entries.keys()].reverse();
     for (const key of keys) {
       const entry = this.entries.get(key);
@@ -74,9 +90,7 @@ export class CompletionCache {
       if (read(Math.max(0, entry.offset - CONTEXT_CHARS), entry.offset) !== entry.before) {
         continue;
       }
-      this.entries.delete(key);
-      this.entries.set(key, entry);
-      return entry.text.slice(typedLength);
+      return [key, entry];
     }
     return undefined;
   }

@@ -5,8 +5,9 @@
  */
 import * as vscode from 'vscode';
 import { LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind } from 'vscode-languageclient/node';
-import { PARTIAL_COMPLETION, STATS, StatsResult } from './protocol';
-import { InlineCompletionController } from './provider';
+import { CursorMovedNotifier } from './cursor';
+import { CURSOR_MOVED, PARTIAL_COMPLETION, STATS, StatsResult } from './protocol';
+import { InlineCompletionController, readerFor } from './provider';
 import { Refresher } from './refresh';
 import { Settings, documentSelector, initializationOptions, needsRestart, readSettings } from './settings';
 import { statsLines, statusText } from './stats';
@@ -17,6 +18,7 @@ const HIDE_INLINE_SUGGEST = 'editor.action.inlineSuggest.hide';
 let client: LanguageClient | undefined;
 let settings: Settings;
 let controller: InlineCompletionController;
+let cursorMoved: CursorMovedNotifier;
 let statusBar: vscode.StatusBarItem;
 let output: vscode.LogOutputChannel;
 let lastStats: StatsResult | undefined;
@@ -119,6 +121,9 @@ async function startClient(): Promise<void> {
   created.onNotification(PARTIAL_COMPLETION, (params: unknown) => controller.onPartial(params));
   try {
     await created.start();
+    // A (re)started server knows no place yet: tell it where the cursor is.
+    cursorMoved.reset();
+    cursorMoved.moved();
   } catch (error) {
     const message =
       `CodeCue: could not start the server (${settings.serverPath} ${settings.serverArgs.join(' ')}): ` +
@@ -175,6 +180,33 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     log: (message) => output.appendLine(message),
   });
   controller.enabled = settings.enabled;
+  cursorMoved = new CursorMovedNotifier(
+    {
+      active: () => settings.enabled && controller.enabled && client?.state === State.Running,
+      current: () => {
+        const editor = vscode.window.activeTextEditor;
+        if (!editor || vscode.languages.match(documentSelector(settings), editor.document) === 0) {
+          return undefined; // not a document the server completes
+        }
+        const at = editor.selection.active;
+        return { uri: editor.document.uri.toString(), version: editor.document.version, line: at.line, character: at.character };
+      },
+      known: (place) => {
+        const document = vscode.window.activeTextEditor?.document;
+        if (!document || document.uri.toString() !== place.uri) {
+          return true;
+        }
+        const offset = document.offsetAt(new vscode.Position(place.line, place.character));
+        return controller.knows(place, offset, readerFor(document));
+      },
+      send: (params) => {
+        client?.sendNotification(CURSOR_MOVED, params).catch((error: unknown) => {
+          output.appendLine(`${CURSOR_MOVED} failed: ${String(error)}`);
+        });
+      },
+    },
+    settings.cursorMoved,
+  );
   statusBar = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
   statusBar.command = 'codecue.showStats';
   context.subscriptions.push(output, statusBar);
@@ -184,6 +216,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       controller.enabled = !controller.enabled;
       if (!controller.enabled) {
         controller.cancelInflight();
+        cursorMoved.cancel();
       }
       updateStatusBar();
       void vscode.window.showInformationMessage(`CodeCue: suggestions ${controller.enabled ? 'on' : 'off'}`);
@@ -200,6 +233,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       vscode.commands.executeCommand('editor.action.inlineSuggest.acceptNextLine'),
     ),
     vscode.workspace.onDidCloseTextDocument((document) => controller.forget(document.uri.toString())),
+    // Where the cursor comes to rest, after a pause (codecue/cursorMoved).
+    vscode.window.onDidChangeTextEditorSelection((event) => {
+      if (event.textEditor === vscode.window.activeTextEditor) {
+        cursorMoved.moved();
+      }
+    }),
+    vscode.window.onDidChangeActiveTextEditor(() => cursorMoved.moved()),
+    { dispose: () => cursorMoved.dispose() },
     vscode.workspace.onDidChangeConfiguration(async (event) => {
       if (!event.affectsConfiguration('codecue')) {
         return;
@@ -208,6 +249,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       settings = loadSettings();
       controller.enabled = settings.enabled;
       controller.debouncer.delayMs = settings.debounceMs;
+      cursorMoved.update(settings.cursorMoved);
       restartStatsTimer();
       if (needsRestart(previous, settings) || previous.languages.join() !== settings.languages.join()) {
         await stopClient();

@@ -7,6 +7,14 @@
 export const PARTIAL_COMPLETION = 'codecue/partialCompletion';
 /** Client -> server request `codecue/stats`. */
 export const STATS = 'codecue/stats';
+/** Client -> server notification `codecue/cursorMoved`: the cursor came to rest there (warm the caches). */
+export const CURSOR_MOVED = 'codecue/cursorMoved';
+
+export interface CursorMovedParams {
+  textDocument: { uri: string };
+  /** LSP coordinates: `character` in UTF-16 code units. */
+  position: { line: number; character: number };
+}
 
 export interface PartialCompletionParams {
   uri: string;

@@ -11,6 +11,7 @@
  */
 import * as vscode from 'vscode';
 import { CompletionCache, TextReader } from './cache';
+import { CursorPlace, samePlace } from './cursor';
 import { Debouncer } from './debounce';
 import { PartialStore } from './partials';
 import { isPartialCompletionParams } from './protocol';
@@ -40,6 +41,11 @@ export interface ControllerOptions {
   log?: (message: string) => void;
 }
 
+/** Reads a document's text between two offsets. */
+export function readerFor(document: vscode.TextDocument): TextReader {
+  return (start, end) => document.getText(new vscode.Range(document.positionAt(start), document.positionAt(end)));
+}
+
 function itemText(item: vscode.InlineCompletionItem): string {
   const text = item.insertText as string | vscode.SnippetString;
   return typeof text === 'string' ? text : text.value;
@@ -51,6 +57,8 @@ export class InlineCompletionController {
   readonly debouncer: Debouncer;
   enabled = true;
   private inflight: Inflight | undefined;
+  /** Where a completion was last asked for (the server knows that place). */
+  private lastAsked: CursorPlace | undefined;
 
   constructor(private readonly options: ControllerOptions) {
     this.debouncer = new Debouncer(options.debounceMs);
@@ -68,9 +76,9 @@ export class InlineCompletionController {
       return null;
     }
     const uri = document.uri.toString();
+    this.lastAsked = { uri, version: document.version, line: position.line, character: position.character };
     const offset = document.offsetAt(position);
-    const read: TextReader = (start, end) =>
-      document.getText(new vscode.Range(document.positionAt(start), document.positionAt(end)));
+    const read = readerFor(document);
 
     // 1. A finished answer, at this position or earlier with the user typing through it.
     const cached = this.cache.lookup(uri, offset, read);
@@ -155,6 +163,17 @@ export class InlineCompletionController {
       return;
     }
     this.options.trigger();
+  }
+
+  /**
+   * Whether the server is busy at `place` or knows it already, so a `codecue/cursorMoved` for it would
+   * be no use: a generation is running for the document, a suggestion (a cached one, typed through)
+   * covers the cursor, or a completion was last asked for right there. `offset` is the place's.
+   */
+  knows(place: CursorPlace, offset: number, read: TextReader): boolean {
+    return (
+      this.inflight?.uri === place.uri || samePlace(place, this.lastAsked) || this.cache.covers(place.uri, offset, read)
+    );
   }
 
   /** Stop the running generation, if any. */

@@ -12,6 +12,8 @@ export interface Settings {
   temperature: number | null;
   languages: string[];
   debounceMs: number;
+  /** `codecue/cursorMoved` once the cursor has rested `debounceMs` (warms the server's caches there). */
+  cursorMoved: { enabled: boolean; debounceMs: number };
   statsIntervalSeconds: number;
 }
 
@@ -37,6 +39,7 @@ export const DEFAULT_SETTINGS: Settings = {
     'shellscript',
   ],
   debounceMs: 75,
+  cursorMoved: { enabled: true, debounceMs: 150 },
   statsIntervalSeconds: 30,
 };
 
@@ -90,6 +93,18 @@ export function readSettings(read: SettingReader): { settings: Settings; problem
     (v): v is number => typeof v === 'number' && v >= 0 && v <= 5000,
     'a number of milliseconds from 0 to 5000',
     (v) => (settings.debounceMs = v),
+  );
+  take(
+    'cursorMoved.enabled',
+    (v): v is boolean => typeof v === 'boolean',
+    'true or false',
+    (v) => (settings.cursorMoved.enabled = v),
+  );
+  take(
+    'cursorMoved.debounceMs',
+    (v): v is number => typeof v === 'number' && v >= 0 && v <= 5000,
+    'a number of milliseconds from 0 to 5000',
+    (v) => (settings.cursorMoved.debounceMs = v),
   );
   take(
     'statsIntervalSeconds',

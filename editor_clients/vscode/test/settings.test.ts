@@ -24,6 +24,8 @@ describe('readSettings', () => {
         languages: ['python', 'go', 'python'],
         debounceMs: 0,
         enabled: false,
+        'cursorMoved.enabled': false,
+        'cursorMoved.debounceMs': 400,
       }),
     );
     expect(problems).toEqual([]);
@@ -35,6 +37,7 @@ describe('readSettings', () => {
     expect(settings.languages).toEqual(['python', 'go']);
     expect(settings.debounceMs).toBe(0);
     expect(settings.enabled).toBe(false);
+    expect(settings.cursorMoved).toEqual({ enabled: false, debounceMs: 400 });
   });
 
   it.each([
@@ -46,6 +49,9 @@ describe('readSettings', () => {
     ['languages', 'python'],
     ['debounceMs', -5],
     ['enabled', 'yes'],
+    ['cursorMoved.enabled', 1],
+    ['cursorMoved.debounceMs', -1],
+    ['cursorMoved.debounceMs', 6000],
   ])('reports %s = %j and keeps the default', (key, value) => {
     const { settings, problems } = readSettings(reader({ [key]: value }));
     expect(problems).toHaveLength(1);
@@ -60,7 +66,8 @@ describe('readSettings', () => {
     const { settings } = readSettings(reader(declared));
     expect(settings).toEqual(DEFAULT_SETTINGS);
     expect(Object.keys(declared).sort()).toEqual(
-      ['enabled', 'serverPath', 'serverArgs', 'model.target', 'model.draft', 'maxTokens', 'temperature', 'languages', 'debounceMs', 'statsIntervalSeconds'].sort(),
+      ['enabled', 'serverPath', 'serverArgs', 'model.target', 'model.draft', 'maxTokens', 'temperature', 'languages', 'debounceMs',
+        'cursorMoved.enabled', 'cursorMoved.debounceMs', 'statsIntervalSeconds'].sort(),
     );
   });
 });
@@ -87,6 +94,7 @@ describe('what settings become', () => {
   it('a restart is needed for server, model and generation options, not for the debounce', () => {
     const base = readSettings(reader({})).settings;
     expect(needsRestart(base, readSettings(reader({ debounceMs: 10 })).settings)).toBe(false);
+    expect(needsRestart(base, readSettings(reader({ 'cursorMoved.debounceMs': 300 })).settings)).toBe(false);
     expect(needsRestart(base, readSettings(reader({ 'model.draft': 'd' })).settings)).toBe(true);
     expect(needsRestart(base, readSettings(reader({ serverPath: '/x/codecue' })).settings)).toBe(true);
     expect(needsRestart(base, readSettings(reader({ maxTokens: 8 })).settings)).toBe(true);

@@ -19,6 +19,15 @@ function M.request(client, method, params, handler, bufnr)
   return client.request(method, params, handler, bufnr)
 end
 
+--- client:notify on 0.11+, client.notify on 0.10.
+---@return boolean sent
+function M.notify(client, method, params)
+  if M.has_011 then
+    return client:notify(method, params)
+  end
+  return client.notify(method, params)
+end
+
 ---@param client vim.lsp.Client
 ---@param id integer
 function M.cancel(client, id)

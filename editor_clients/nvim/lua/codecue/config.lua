@@ -32,6 +32,9 @@ M.defaults = {
   native = 'auto',
   -- Debounce before a request, in ms, for the extmark engine (the built-in one has its own).
   debounce_ms = 150,
+  -- Send codecue/cursorMoved once the cursor has rested this long (outside insert mode), so the server
+  -- warms its caches there before you type. `cursor_moved = false` turns it off.
+  cursor_moved = { enabled = true, debounce_ms = 150 },
   ---@type codecue.Keymaps
   keymaps = {
     accept = '<M-l>',
@@ -83,6 +86,8 @@ local checks = {
   init_options = { optional('table'), 'a table' },
   native = { function(v) return v == 'auto' or type(v) == 'boolean' end, "'auto', true or false" },
   debounce_ms = { function(v) return type(v) == 'number' and v >= 0 end, 'a number >= 0' },
+  cursor_moved = { function(v) return v == false or type(v) == 'table' end,
+                   'false or a table { enabled = true|false, debounce_ms = number >= 0 }' },
   keymaps = { optional('table'), 'a table of keys (false disables one)' },
   restart = { optional('table'), 'a table { delay_ms, max_delay_ms, max_attempts }' },
   hl_group = { optional('string'), 'a highlight group name' },
@@ -100,10 +105,26 @@ function M.resolve(user)
       table.insert(problems, ('unknown option %q (ignored)'):format(key))
     elseif not check[1](value) then
       table.insert(problems, ('option %q must be %s; using the default'):format(key, check[2]))
+    elseif key == 'cursor_moved' and value == false then
+      options.cursor_moved.enabled = false
     elseif type(value) == 'table' and type(options[key]) == 'table' and not vim.islist(value) then
       options[key] = vim.tbl_deep_extend('force', options[key], value)
     else
       options[key] = value
+    end
+  end
+  local cursor_moved = options.cursor_moved
+  for name, value in pairs(cursor_moved) do
+    local default = M.defaults.cursor_moved[name]
+    if default == nil then
+      table.insert(problems, ('unknown cursor_moved option %q (ignored)'):format(name))
+      cursor_moved[name] = nil
+    elseif name == 'enabled' and type(value) ~= 'boolean' then
+      table.insert(problems, 'cursor_moved.enabled must be true or false; using the default')
+      cursor_moved[name] = default
+    elseif name == 'debounce_ms' and not (type(value) == 'number' and value >= 0) then
+      table.insert(problems, 'cursor_moved.debounce_ms must be a number >= 0; using the default')
+      cursor_moved[name] = default
     end
   end
   for name, lhs in pairs(options.keymaps) do

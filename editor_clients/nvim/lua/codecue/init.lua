@@ -7,6 +7,7 @@
 local api = vim.api
 local compat = require('codecue.compat')
 local config = require('codecue.config')
+local cursor = require('codecue.cursor')
 local ghost = require('codecue.ghost')
 local server = require('codecue.server')
 local suggestion = require('codecue.suggestion')
@@ -95,9 +96,23 @@ function M.setup(opts)
   M.engine = pick_engine(options.native)
   M.engine.debounce_ms = options.debounce_ms
   M.engine.enabled = M.enabled
+  cursor.setup(options.cursor_moved)
+  cursor.set_enabled(M.enabled)
+  cursor.client_for = function(bufnr)
+    local client = server.client()
+    if client and server.wants(bufnr) and not compat.is_stopped(client) and vim.lsp.buf_is_attached(bufnr, client.id) then
+      return client
+    end
+    return nil
+  end
   server.on_attach = function(client, bufnr)
     if M.engine then
       M.engine.attach(client, bufnr)
+    end
+    -- A (re)started server knows no place yet: tell it where the cursor is.
+    cursor.forget(bufnr)
+    if bufnr == api.nvim_get_current_buf() then
+      cursor.schedule()
     end
   end
   server.on_partial = function(params)
@@ -122,6 +137,24 @@ function M.setup(opts)
       if server.wants(args.buf) then
         server.retry_if_down()
       end
+    end,
+  })
+  api.nvim_create_autocmd({ 'CursorMoved', 'CursorMovedI', 'BufEnter' }, {
+    group = augroup,
+    callback = function(args)
+      if server.wants(args.buf) then
+        cursor.schedule()
+      else
+        cursor.cancel()
+      end
+    end,
+  })
+  -- Entering insert mode asks for a completion here, which the server warms for anyway.
+  api.nvim_create_autocmd('InsertEnter', { group = augroup, callback = cursor.cancel })
+  api.nvim_create_autocmd('BufWipeout', {
+    group = augroup,
+    callback = function(args)
+      cursor.forget(args.buf)
     end,
   })
   api.nvim_create_autocmd('ColorScheme', { group = augroup, callback = define_highlights })
@@ -190,6 +223,7 @@ function M.toggle(enabled)
     enabled = not M.enabled
   end
   M.enabled = enabled
+  cursor.set_enabled(enabled)
   if M.engine then
     M.engine.set_enabled(enabled, server.wanted_buffers())
   end
@@ -330,5 +364,6 @@ M.subcommands = { 'status', 'toggle', 'enable', 'disable', 'stats', 'restart' }
 -- Expose for tests and statuslines.
 M._server = server
 M._suggestion = suggestion
+M._cursor = cursor
 
 return M
