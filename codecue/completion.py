@@ -189,10 +189,18 @@ class Completer:
         """Prompt tokens this machine evaluates within the ``first_text_ms`` of ``budget`` (None: the
         completer's), from the prefill speed seen on its own prompts; None before one was seen, or without
         a limit."""
-        first_text_ms = (budget or self.budget).first_text_ms
-        if not first_text_ms or self.prefill_ms_per_token is None:
+        budget = budget or self.budget
+        if not budget.first_text_ms or self.prefill_ms_per_token is None:
             return None
-        return max(32, int(first_text_ms / self.prefill_ms_per_token))
+        return max(budget.window_floor, int(budget.first_text_ms / self.prefill_ms_per_token))
+
+    def waits_for_window(self, budget: PromptBudget | None = None) -> bool:
+        """Whether a place the cache does not hold gets a longer prompt than this machine evaluates within
+        ``first_text_ms``: the window floor holds the first text back for a suggestion worth showing."""
+        budget = budget or self.budget
+        if not budget.first_text_ms or self.prefill_ms_per_token is None:
+            return False
+        return int(budget.first_text_ms / self.prefill_ms_per_token) < budget.window_floor
 
     def _note_prefill(self, tokens: int, ms: float, at_least: int = 64) -> None:
         """Follow the prefill speed (a moving average: machines drift) from a prefill of ``tokens`` that
@@ -306,8 +314,15 @@ class Completer:
         """Complete at the cursor between ``prefix`` and ``suffix`` with ``decoding`` (None: the
         completer's settings); ``kwargs`` as :meth:`generate_ids`."""
         settings = self._settings(decoding)  # before the prompt: what is uncached depends on the chunk reuse
-        prompt = self.build_prompt(prefix, suffix, extra_context, path=path, budget=prompt_budget(settings))
-        return self.generate_ids(prompt, decoding=settings, **kwargs)
+        budget = prompt_budget(settings)
+        prompt = self.build_prompt(prefix, suffix, extra_context, path=path, budget=budget)
+        # The floor raised the window where the time budget alone would have allowed less than the floor
+        # and the prompt sent is still shorter than the full one (a place the cache does not hold).
+        waited = (self.waits_for_window(budget)
+                  and prompt != self.build_prompt(prefix, suffix, extra_context, path=path, budget=budget, full=True))
+        result = self.generate_ids(prompt, decoding=settings, **kwargs)
+        result.stats.waited_for_window = waited
+        return result
 
     @property
     def budget(self) -> PromptBudget:

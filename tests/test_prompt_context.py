@@ -308,9 +308,10 @@ def test_warm_fills_the_draft_cache_too_and_a_draft_left_behind_drafts_by_ngram_
 
 
 # -- a place the cache does not hold -------------------------------------------------------------
-def _fast_first_text(make_completer, prefill_ms: float | None = 6.0):
+def _fast_first_text(make_completer, prefill_ms: float | None = 6.0, window_floor: int = 32):
     completer = make_completer(draft=None, draft_mode="none",
-                               budget=PromptBudget(total=900, suffix=64, extra=0, first_text_ms=600))
+                               budget=PromptBudget(total=900, suffix=64, extra=0, first_text_ms=600,
+                                                   window_floor=window_floor))
     completer.prefill_ms_per_token = prefill_ms  # 600 ms / 6 ms: 100 new tokens at most
     return completer
 
@@ -326,6 +327,26 @@ def test_a_new_place_gets_a_prompt_within_the_first_text_limit(make_completer):
     assert 60 < completer.uncached(first) <= 100  # a window around the cursor, no more
     text = completer.tokenizer.decode(first)
     assert text.endswith("<|fim_middle|>") and SOURCE[cut - 30:cut] in text and SOURCE[cut:cut + 20] in text
+
+
+def test_no_first_suggestion_comes_from_a_window_below_the_floor(make_completer):
+    """Where this machine's prefill allows fewer new tokens within first_text_ms than the quality floor, the
+    request waits for the floor's window (and says so in its stats); where it allows more, it does not."""
+    cut = SOURCE.index("def step_30")
+    prefix, suffix = SOURCE[:cut], SOURCE[cut:cut + 600]
+    slow = _fast_first_text(make_completer, prefill_ms=30.0, window_floor=160)  # 600 ms: 20 tokens, floor 160
+    assert slow.fresh_token_limit() == 160 and slow.waits_for_window()
+    first = slow.build_prompt(prefix, suffix)
+    assert 120 < slow.uncached(first) <= 160 < len(slow.build_prompt(prefix, suffix, full=True))
+    result = slow.complete(prefix, suffix, max_tokens=2, k=0)
+    assert result.stats.waited_for_window and result.stats.prefilled_tokens >= 120
+    fast = _fast_first_text(make_completer, prefill_ms=3.0, window_floor=160)  # 200 tokens in 600 ms
+    assert fast.fresh_token_limit() == 200 and not fast.waits_for_window()
+    assert not fast.complete(prefix, suffix, max_tokens=2, k=0).stats.waited_for_window
+    # A place the cache holds sends its full prompt: nothing waited there.
+    slow.warm_context(prefix, suffix)
+    slow.prefill_ms_per_token = 30.0
+    assert not slow.complete(prefix, suffix, max_tokens=2, k=0).stats.waited_for_window
 
 
 def test_idle_warm_up_brings_back_the_full_prompt_and_typing_stays_cheap(make_completer):

@@ -37,6 +37,11 @@ LAYOUTS = ("psm", "psm-mid", "spm")
 DEFAULT_LAYOUT = "psm-mid"
 
 
+#: the smallest window whose first suggestion keeps within 5 points of the full prompt's exact match on the
+#: held-out projects (docs/measurements.md, the window sweep)
+WINDOW_FLOOR = 128
+
+
 @dataclass(frozen=True)
 class PromptBudget:
     total: int = 1536  # tokens for prefix + suffix + extra context (the extra part is kept for context only)
@@ -48,6 +53,11 @@ class PromptBudget:
     # before the first text (a shorter window, see :func:`shorter_budgets`); idle time warms the full
     # prompt. 0: always the full prompt.
     first_text_ms: int = 400
+    # ... but never fewer new tokens around the cursor than this: below it the first suggestion at a new
+    # place is too often wrong to be worth showing (measured with ``codecue bench quality``, variants
+    # ``psm-mid/chunks/first@N`` against the full prompt; a property of the model, not of the machine).
+    # A request whose time budget allows less waits for this window instead (``waited_for_window``).
+    window_floor: int = WINDOW_FLOOR
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:

@@ -61,6 +61,8 @@ class DepthSchedule:
 class GenerationStats:
     prompt_tokens: int = 0
     prefilled_tokens: int = 0  # prompt tokens actually evaluated (the rest came from the cache)
+    #: the prompt's window was raised to the quality floor: the first text waited for a better prompt
+    waited_for_window: bool = False
     shifted_tokens: int = 0  # of the prompt tokens that came from the cache, those kept by shifting (chunk reuse)
     new_tokens: int = 0
     rounds: int = 0

@@ -119,7 +119,7 @@ class SessionStats:
             "rounds": stats.rounds, "promptTokens": stats.prompt_tokens, "prefilledTokens": stats.prefilled_tokens,
             "shiftedTokens": stats.shifted_tokens,
             "ttftMs": round(stats.ttft_ms, 1), "totalMs": round(stats.total_ms, 1), "speculative": stats.speculative,
-            "k": stats.k, "drafted": stats.drafted,
+            "k": stats.k, "drafted": stats.drafted, "waitedForWindow": stats.waited_for_window,
         }
         self.generations.append(self.last_generation)
 
