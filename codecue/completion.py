@@ -219,16 +219,18 @@ class Completer:
 
     # -- proposers -----------------------------------------------------------------------------------
     def make_proposer(self, mode: str, sampling: Sampling, extra_tokens: Sequence[Sequence[int]] = (),
-                      min_confidence: float | None = None) -> Proposer | None:
+                      min_confidence: float | None = None, short_depth: int | None = None) -> Proposer | None:
         """The proposer for ``mode``; a draft model stops drafting below ``min_confidence`` (None: the
-        completer's setting)."""
+        completer's setting). Lookup alone drafts by match length (:meth:`NgramProposer.by_match_length`,
+        ``short_depth`` for the shorter matches); beside a draft model, short matches draft too."""
         if mode not in DRAFT_MODES:
             raise CodeCueError(f"unknown draft mode {mode!r}", f"choose one of {', '.join(DRAFT_MODES)}")
         if mode == "none":
             return None
-        ngram = NgramProposer(extra=extra_tokens)
         if mode == "ngram" or (mode == "hybrid" and self.draft is None):
-            return ngram  # hybrid without a draft model (dropped for lack of memory) is n-gram lookup
+            # hybrid without a draft model (none loaded, or dropped for lack of memory) is lookup alone
+            return NgramProposer.by_match_length(short_depth if short_depth is not None else 0, extra_tokens)
+        ngram = NgramProposer(extra=extra_tokens)
         if self.draft is None:
             raise CodeCueError("no draft model is loaded", "load one with --draft, or use --draft-mode ngram")
         if min_confidence is None:
@@ -277,17 +279,22 @@ class Completer:
         k = (settings.k or 0) if k is None else k
         k_max = k if k_max is None else k_max
         mode = draft_mode or settings.draft_mode
+        if mode in MODEL_DRAFT_MODES and k > 0 and self.draft_lags(prompt):
+            mode = "ngram"
+        short_depth = None
+        if mode == "ngram" or (mode == "hybrid" and self.draft is None):
+            # Lookup alone drafts by match length (make_proposer): ``k`` for the shorter matches, and up to
+            # the ceiling for long ones, so the loop runs at the ceiling.
+            short_depth, k = k, max(k, k_max)
         if k == 0:
             mode = "none"
-        elif mode in MODEL_DRAFT_MODES and self.draft_lags(prompt):
-            mode = "ngram"
         if temperature > 0 and seed is None:
             seed = torch.seed()  # one seed for the verification and the draft streams
         sampling = Sampling(temperature, top_p, seed)
         params = GenerationParams(max_new_tokens=max_tokens, k=k, sampling=sampling, stop_strings=tuple(stop_strings),
                                   k_max=k_max)
         with self.lock:
-            proposer = self.make_proposer(mode, sampling, extra_tokens, settings.min_confidence)
+            proposer = self.make_proposer(mode, sampling, extra_tokens, settings.min_confidence, short_depth)
             run = lambda proposer: generate(  # noqa: E731
                 self.target, proposer, prompt, params, decode=self.decode, eos_ids=self.eos_ids, on_text=on_text,
                 stop_predicate=stop_predicate, cancelled=cancelled, on_round=on_round)
@@ -304,7 +311,8 @@ class Completer:
                 log.warning("the draft model ran out of GPU memory; continuing without it (%s)", exc)
                 self.draft.backend.close()
                 self.draft = None
-                result = run(self.make_proposer("ngram" if mode != "none" else "none", sampling, extra_tokens))
+                result = run(self.make_proposer("ngram" if mode != "none" else "none", sampling, extra_tokens,
+                                                short_depth=params.k))
                 result.stats.runtime = self.runtime
                 return result
 

@@ -74,3 +74,42 @@ def test_llama_server_decodes_the_prompt_ids_greedily_as_codecue_does(tmp_path):
     assert done.tokens[: len(expected)] == expected[: len(done.tokens)] and len(done.tokens) > 0
     assert again.tokens == done.tokens and done.tpot_ms > 0
     assert server.process is None  # stopped on leaving the block
+
+
+def test_speed_bench_runs_the_server_peers_beside_codecue(tmp_path, capsys):
+    """`codecue bench speed` starts llama-server for each server method, on loopback, decodes the same
+    prompt ids greedily (identical to CodeCue's target-only on the same file), prints the ratio lines
+    against the best server configuration, and stops the servers when the run ends."""
+    import json
+
+    from codecue.cli import main
+    from codecue.testing_gguf import build_tiny_gguf
+
+    pytest.importorskip("llama_cpp")
+    need_server()
+    target, draft = build_tiny_gguf(tmp_path / "t.gguf", seed=0), build_tiny_gguf(tmp_path / "d.gguf", seed=1)
+    src = tmp_path / "sample.py"
+    src.write_text("import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")
+    points = tmp_path / "points.jsonl"
+    points.write_text(json.dumps({"path": str(src), "line": 8, "character": 4}) + "\n")
+    out = tmp_path / "speed.json"
+    assert main(["bench", "speed", "--points", str(points), "--target", str(target), "--draft", str(draft),
+                 "--backend", "llamacpp", "--max-tokens", "8", "--prompt-tokens", "64",
+                 "--methods", "default", "server-target", "server-ngram", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    runs = {r["method"]: r for r in data["runs"]}
+    assert set(runs) == {"target", "default", "server-target", "server-ngram"}
+    assert runs["server-target"]["identical"] and runs["server-target"]["tpot_ms"] > 0
+    assert any(line.startswith("default vs the best llama-server configuration") for line in data["peer_ratios"])
+    assert "llama-server" in capsys.readouterr().out
+    assert [cmd for cmd in _command_lines() if str(target) in cmd] == []  # every server stopped with the run
+
+
+def _command_lines() -> list[str]:
+    lines = []
+    for entry in Path("/proc").iterdir():
+        try:
+            lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return lines

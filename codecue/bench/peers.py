@@ -179,7 +179,7 @@ def _llama_server(kind: str, layout: str = AS_IS) -> Callable[[PeerSetting], Pee
             suffix = f", {layout.upper()} made here"
         configs = {c.label: c for c in standard_configs(target_file, draft_file, suffix=suffix)}
         config = next(c for label, c in configs.items() if label.startswith(f"llama-server {kind}"))
-        server = setting.resources.enter_context(LlamaServer(config, n_ctx=setting.completer.config.n_ctx))
+        server = setting.resources.enter_context(LlamaServer(config, n_ctx=setting.models.config.models.n_ctx))
         completer = setting.completer
         name = f"server-{'draft' if kind == '-md draft' else kind}" + (f"-{layout}" if layout != AS_IS else "")
 

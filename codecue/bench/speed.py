@@ -264,7 +264,7 @@ def default_method(completer: Completer, plan: Plan | None,
         depth = authority.depth_for(*point_context(point), requested=None if speculative else 0)
         completer.reset_caches()
         r = completer.generate_ids(prompt, max_tokens=max_tokens, k=depth.start, k_max=depth.ceiling,
-                                   draft_mode=mode if depth.start else "none")
+                                   draft_mode=mode if depth.ceiling else "none")
         s = r.stats
         return RunRecord("", "", DEFAULT_METHOD, r.tokens, r.text, s.ttft_ms, s.tpot_ms, s.total_ms, s.new_tokens,
                          s.drafted, s.accepted, s.rounds, note=f"K={depth.start}..{depth.ceiling}")

@@ -87,15 +87,18 @@ class GenerationStats:
     def tokens_per_round(self) -> float:
         return self.new_tokens / self.rounds if self.rounds else 0.0
 
-    def record_times(self, start: float, first: float | None, end: float, new_tokens: int) -> None:
+    def record_times(self, start: float, first: float | None, end: float, new_tokens: int,
+                     ended_by_eos: bool = False) -> None:
         """Set the token count and the times from ``time.perf_counter()`` readings: the request's
         ``start``, its ``first`` token (None: none came) and its ``end``. TPOT is the time per token
-        after the first."""
+        after the first; a generation that ended by its end-of-generation token counts that token too (the
+        step that made it is in the time), as llama.cpp's llama-server counts it."""
         first = end if first is None else first
         self.new_tokens = new_tokens
         self.total_ms = (end - start) * 1e3
         self.ttft_ms = (first - start) * 1e3
-        self.tpot_ms = (end - first) * 1e3 / (new_tokens - 1) if new_tokens > 1 else 0.0
+        after_first = new_tokens - 1 + (1 if ended_by_eos and new_tokens > 0 else 0)
+        self.tpot_ms = (end - first) * 1e3 / after_first if after_first > 0 else 0.0
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -221,5 +224,5 @@ def generate(
 
     t_end = time.perf_counter()
     text = stream.finish(on_text)
-    stats.record_times(t_start, t_first, t_end, len(generated))
+    stats.record_times(t_start, t_first, t_end, len(generated), ended_by_eos=stop_reason == "eos")
     return GenerationResult(tokens=generated, text=text, stop_reason=stop_reason, stats=stats)
