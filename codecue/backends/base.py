@@ -405,6 +405,7 @@ class CachedSequence:
             if wanted:
                 rows.append(logits[-wanted:])
             yield len(chunk)
-        out = torch.cat(rows) if rows else torch.empty((0, self.backend.vocab_size))
+        # One call is the common case (a decode step): its rows as they are, not copied again.
+        out = rows[0] if len(rows) == 1 else torch.cat(rows) if rows else torch.empty((0, self.backend.vocab_size))
         assert out.shape[0] == n_logits
         return out
