@@ -6,18 +6,16 @@ Both engines (the built-in vim.lsp.inline_completion of 0.12 and the plugin's ex
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "nvim"))
-from nvim_harness import NvimSession, find_nvim, mock_server_cmd, nvim_version, read_log  # noqa: E402
+from harness.nvim import NvimSession, find_nvim, mock_server_cmd, nvim_version, read_log
 
-NVIM, WHY_NO_NVIM = find_nvim()
-pytestmark = pytest.mark.skipif(NVIM is None, reason=f"nvim unavailable: {WHY_NO_NVIM}")
+NVIM, _ = find_nvim()  # for the engines to parametrize with; the nvim_bin fixture decides skip or fail
+pytestmark = pytest.mark.usefixtures("nvim_bin")
 
 # Line 3 (0-based) has an é (2 bytes, 1 UTF-16 unit) and an emoji (4 bytes, 2 UTF-16 units).
 TEXT = 'def add(a, b):\n    return a + b\n\n    s = "h\u00e9llo \U0001f600 world"\nprint(s)\n'
@@ -112,8 +110,10 @@ def test_nothing_is_sent_while_a_suggestion_is_shown_or_typed_through(start, nat
     nvim.type("GSpr")
     nvim.wait_for(lambda: (nvim.visible() or "").startswith("int(s)"), "a suggestion")
     nvim.type("in")  # typed through
-    nvim.wait_for(lambda: nvim.lines()[-1] == "prin" and (nvim.visible() or "").startswith("t(s)"),
-                  "the rest of the suggestion")
+    nvim.wait_for(
+        lambda: nvim.lines()[-1] == "prin" and (nvim.visible() or "").startswith("t(s)"),
+        "the rest of the suggestion",
+    )
     quiet(log, before)
     nvim.type("<Esc>")  # the suggestion goes, the cursor steps back onto the "n"
     nvim.wait_for(lambda: len(moves(log)) == before + 1, "the notification after leaving insert mode")
@@ -163,4 +163,7 @@ def test_bad_cursor_moved_options_are_reported_and_defaulted(start):
     assert any("cursor_moved.debounce_ms must be" in m for m in messages), messages
     assert any("cursor_moved.enabled must be" in m for m in messages), messages
     assert any('unknown cursor_moved option "bogus"' in m for m in messages), messages
-    assert nvim.lua("return require('codecue.config').options.cursor_moved") == {"enabled": True, "debounce_ms": 150}
+    assert nvim.lua("return require('codecue.config').options.cursor_moved") == {
+        "enabled": True,
+        "debounce_ms": 150,
+    }
