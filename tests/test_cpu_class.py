@@ -132,3 +132,22 @@ def test_build_scripts_agree_with_python_on_where_builds_live():
         text = (root / "scripts" / script).read_text()
         assert "codecue.backends.cpu_class import" in text
         assert "llama_cpp_sources.sh" in text or script == "build_llama_cpp.sh"
+
+
+def test_a_benchmarks_cpu_class_flag_selects_the_class_before_it_runs(monkeypatch):
+    """``codecue bench SUBCOMMAND --cpu-class avx2``: the benchmark's own parser reads the flag (cli.py never
+    sees it), and what it runs (its models, its llama-server peers, its report) serves that class."""
+    import types
+
+    from codecue.commands import bench
+
+    monkeypatch.delenv(cpu_class.ENV, raising=False)
+    seen: list[str] = []
+    stand_in = types.SimpleNamespace(add_arguments=lambda parser: parser.add_argument("--cpu-class"),
+                                     run=lambda args: seen.append(cpu_class.cpu_class()) or 0)
+    monkeypatch.setattr(bench.importlib, "import_module", lambda name: stand_in)
+    assert bench.run(types.SimpleNamespace(arguments=["speed", "--cpu-class", "avx2"])) == 0
+    assert seen == ["avx2"]
+    monkeypatch.delenv(cpu_class.ENV)
+    assert bench.run(types.SimpleNamespace(arguments=["speed"])) == 0
+    assert seen == ["avx2", "native"]

@@ -1,9 +1,7 @@
 """``codecue bench SUBCOMMAND``: the benchmarks, one module each under :mod:`codecue.bench`. Only the chosen
-one is imported (they import the model runtimes; other commands must not pay for that), so this command
-takes its arguments unparsed and the benchmark's own parser reads them. The previous release's flag forms (``--quality``, ``--replay FILE``, ``--prompt-cost FILE...``,
-``--k-compare K...``, ``--backend remote``/``--remote URL``, plain ``codecue bench [...]`` = ``speed``)
-work for one more release: :func:`subcommand_argv` maps them.
-"""
+one is imported (they import the model runtimes; other commands must not pay for that), so this command takes
+its arguments unparsed and the benchmark's own parser reads them. The previous release's flag forms
+(``--quality``, ``--replay FILE``, ...; plain ``codecue bench`` = ``speed``) work for one more release."""
 
 from __future__ import annotations
 
@@ -40,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
     if args.arguments[:1] in (["-h"], ["--help"]):
         return print_help()
     module, bench_args = parse(list(args.arguments))
+    from codecue.backends.cpu_class import select_cpu_class  # (imports torch: only when a benchmark runs)
+
+    select_cpu_class(getattr(bench_args, "cpu_class", None))  # cli.py cannot: these arguments are parsed here
     return int(module.run(bench_args) or 0)
 
 
@@ -50,9 +51,8 @@ def parse(argv: list[str]) -> tuple[ModuleType, argparse.Namespace]:
     if argv[:1] != [name]:
         print(f"codecue bench: this flag form goes away in the next release; use: codecue bench {name} "
               f"{' '.join(rest)}".rstrip(), file=sys.stderr)
-    module_name, description = SUBCOMMANDS[name]
-    module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"codecue bench {name}", description=description)
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"codecue bench {name}", description=SUBCOMMANDS[name][1])
     module.add_arguments(parser)
     parser.set_defaults(typed_argv=tuple(argv))
     return module, parser.parse_args(rest)
@@ -66,8 +66,7 @@ def subcommand_argv(argv: list[str]) -> tuple[str, list[str]]:
     if argv and not argv[0].startswith("-"):
         raise CodeCueError(f"unknown benchmark {argv[0]!r}", f"choose one of {', '.join(SUBCOMMANDS)}")
     for flag, name in FORMER_MODE_FLAGS.items():
-        at = _mode_flag_at(argv, flag)
-        if at is None:
+        if (at := _mode_flag_at(argv, flag)) is None:
             continue
         if name == "remote":
             return name, argv  # it takes --remote URL and --backend remote as they are
