@@ -151,3 +151,20 @@ def test_a_benchmarks_cpu_class_flag_selects_the_class_before_it_runs(monkeypatc
     monkeypatch.delenv(cpu_class.ENV)
     assert bench.run(types.SimpleNamespace(arguments=["speed"])) == 0
     assert seen == ["avx2", "native"]
+
+
+def test_llama_cpp_loaded_before_the_class_was_chosen_is_refused(tmp_path):
+    """A process that imported llama-cpp-python (so loaded the native library) and then asked for the AVX2
+    class must not serve the native build under the AVX2 name: its checks, costs and reports would lie."""
+    need_avx2_build()
+    script = ("import os, llama_cpp.llama_cpp\n"
+              "os.environ['CODECUE_CPU_CLASS'] = 'avx2'\n"
+              "from codecue.backends.llamacpp import _load_lib\n"
+              "from codecue.errors import BackendUnavailable\n"
+              "try:\n    _load_lib()\nexcept BackendUnavailable as e:\n    print('refused:', e)\n"
+              "else:\n    print('served')\n")
+    env = {k: v for k, v in os.environ.items() if k not in (cpu_class.ENV, "LLAMA_CPP_LIB_PATH")}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("refused: llama.cpp was loaded from"), out.stdout
+    assert "before the avx2 class was chosen" in out.stdout

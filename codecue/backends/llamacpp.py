@@ -51,7 +51,8 @@ def _load_lib() -> ModuleType:
     with _init_lock:
         if _lib is not None:
             return _lib
-        from codecue.backends.cpu_class import library_path
+        from codecue.backends.cpu_class import ENV as CPU_CLASS_ENV
+        from codecue.backends.cpu_class import cpu_class, library_path
 
         directory = library_path()  # the CPU class's build (None: the installed package's own)
         if directory is not None:
@@ -63,6 +64,11 @@ def _load_lib() -> ModuleType:
             raise BackendUnavailable(f"the llama.cpp backend needs llama-cpp-python ({e})", INSTALL_HINT) from e
         except (OSError, RuntimeError) as e:  # the package is there but its shared library does not load
             raise BackendUnavailable(f"llama-cpp-python is installed but does not load: {e}", INSTALL_HINT) from e
+        loaded = getattr(getattr(lib, "_lib", None), "_name", None)  # the library the import loaded
+        if directory is not None and loaded and Path(loaded).resolve().parent != Path(directory).resolve():
+            # imported before the class was chosen: serving it would measure and check the wrong build
+            raise BackendUnavailable(f"llama.cpp was loaded from {loaded} before the {cpu_class()} class was "
+                                     "chosen", f"set {CPU_CLASS_ENV}={cpu_class()} before starting codecue")
         required = ("llama_model_load_from_file", "llama_init_from_model", "llama_get_memory", "llama_memory_seq_rm")
         missing = [name for name in required if not hasattr(lib, name)]
         if missing:

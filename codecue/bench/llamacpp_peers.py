@@ -269,16 +269,11 @@ class LlamaCppPeers:
         }
 
 
-def _llama_draft_model_base() -> type:
-    try:
-        from llama_cpp.llama_speculative import LlamaDraftModel
-    except ImportError:  # only the peers need it; keep this module importable without llama-cpp-python
-        return object
-    return LlamaDraftModel
-
-
-class CountingDraftModel(_llama_draft_model_base()):  # type: ignore[misc]
-    """Wraps a ``LlamaDraftModel`` and counts its calls, time, drafted and accepted tokens.
+class CountingDraftModel:
+    """A draft model for llama-cpp-python's ``draft_model`` hook (its ``LlamaDraftModel`` protocol: called
+    with the context's ids, returns the draft's) that counts its calls, time, drafted and accepted tokens.
+    Not a subclass: importing llama-cpp-python loads llama.cpp's library, which must wait until the CPU
+    class is chosen.
 
     llama-cpp-python does not report acceptance, so it is read off the context: the tokens committed
     between two calls are the accepted prefix of the previous draft plus the target's own token.
