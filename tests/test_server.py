@@ -537,8 +537,9 @@ def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_shor
     source = tmp_path / "sample.py"
     text = "".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(80))
     source.write_text(text)
+    # window_floor=0: this test is about the time rule alone (the quality floor has tests of its own)
     completer = make_completer(draft=None, draft_mode="none",
-                               budget=PromptBudget(total=700, suffix=64, extra=0, first_text_ms=400))
+                               budget=PromptBudget(total=700, suffix=64, extra=0, first_text_ms=400, window_floor=0))
     full = run_enter_replay(source, completer, places=3, pause_ms=50, max_tokens=4)
     lines = enter_lines(text, 3)
     assert full["places"] == 3 and len(set(lines)) == 3 and lines == sorted(lines, reverse=True)
