@@ -16,17 +16,9 @@
 #   bash scripts/build_llama_cpp.sh [PYTHON] [--class native|avx2]     # default PYTHON: .venv/bin/python
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VPY=.venv/bin/python
-CLASS=native
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --class) CLASS=${2:?--class needs native or avx2}; shift 2 ;;
-    *) VPY=$1; shift ;;
-  esac
-done
-case "$CLASS" in native|avx2) ;; *) echo "unknown CPU class $CLASS (native or avx2)" >&2; exit 2 ;; esac
 # shellcheck source=scripts/llama_cpp_sources.sh
 source scripts/llama_cpp_sources.sh  # the sdist, its patches, and the local version naming the patch set
+parse_build_arguments "$@"  # VPY, CLASS
 LOCAL_VERSION=$LLAMA_CPP_LOCAL_VERSION
 if [ "$CLASS" = native ]; then
   cpu_key=$( (grep -m1 '^model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo) | sha256sum | cut -c1-12)

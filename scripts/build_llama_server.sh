@@ -12,15 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/llama_cpp_sources.sh
 source scripts/llama_cpp_sources.sh
-VPY=.venv/bin/python
-CLASS=native
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --class) CLASS=${2:?--class needs native or avx2}; shift 2 ;;
-    *) VPY=$1; shift ;;
-  esac
-done
-case "$CLASS" in native|avx2) ;; *) echo "unknown CPU class $CLASS (native or avx2)" >&2; exit 2 ;; esac
+parse_build_arguments "$@"  # VPY, CLASS
 
 installed=$("$VPY" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)
 if [ "$installed" != "$LLAMA_CPP_LOCAL_VERSION" ]; then

@@ -6,6 +6,20 @@ LLAMA_CPP_PATCHES=("$(dirname "${BASH_SOURCE[0]}")"/patches/llama-cpp-python-${L
 # The local version label names the patch set, so a changed patch is a new build everywhere.
 LLAMA_CPP_LOCAL_VERSION="${LLAMA_CPP_PYTHON_VERSION}+codecue.$(cat "${LLAMA_CPP_PATCHES[@]}" | sha256sum | cut -c1-8)"
 
+# parse_build_arguments [PYTHON] [--class native|avx2]: sets VPY (default .venv/bin/python) and CLASS
+# (default native) for the build scripts.
+parse_build_arguments() {
+  VPY=.venv/bin/python
+  CLASS=native
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --class) CLASS=${2:?--class needs native or avx2}; shift 2 ;;
+      *) VPY=$1; shift ;;
+    esac
+  done
+  case "$CLASS" in native|avx2) ;; *) echo "unknown CPU class $CLASS (native or avx2)" >&2; exit 2 ;; esac
+}
+
 # unpack_patched_sources PYTHON WORKDIR: fetch the sdist into WORKDIR, unpack it, apply the patches, set the
 # version; prints the source directory.
 unpack_patched_sources() {

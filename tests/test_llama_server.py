@@ -3,24 +3,14 @@ same tokens as CodeCue's llama.cpp decode of the same model; the ratio lines the
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from codecue.backends.cpu_class import server_binary
 from codecue.bench.llama_server import LlamaServer, ServerConfig, standard_configs
 from codecue.bench.report import server_ratio_lines
 from codecue.bench.runner import RunRecord
-
-
-def need_server() -> None:
-    if server_binary().is_file():
-        return
-    message = f"llama-server is not built ({server_binary()}; bash scripts/build_llama_server.sh)"
-    if os.environ.get("CODECUE_REQUIRE_REAL_MODELS"):
-        pytest.fail(message)
-    pytest.skip(message)
+from harness.runtimes import need_llama_server
 
 
 def test_configurations_name_the_flags_users_pass(tmp_path):
@@ -52,7 +42,7 @@ def test_ratio_lines_compare_with_the_fastest_server_configuration_per_point():
 def test_llama_server_decodes_the_prompt_ids_greedily_as_codecue_does(tmp_path):
     """Same model, same prompt ids: llama-server's greedy tokens are CodeCue's llama.cpp greedy tokens."""
     pytest.importorskip("llama_cpp")
-    need_server()
+    need_llama_server()
     from codecue.backends.llamacpp import LlamaCppBackend
     from codecue.testing_gguf import build_tiny_gguf
 
@@ -86,7 +76,7 @@ def test_speed_bench_runs_the_server_peers_beside_codecue(tmp_path, capsys):
     from codecue.testing_gguf import build_tiny_gguf
 
     pytest.importorskip("llama_cpp")
-    need_server()
+    need_llama_server()
     target, draft = build_tiny_gguf(tmp_path / "t.gguf", seed=0), build_tiny_gguf(tmp_path / "d.gguf", seed=1)
     src = tmp_path / "sample.py"
     src.write_text("import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")

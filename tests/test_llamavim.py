@@ -4,12 +4,10 @@ answer, streaming, and the prompt tokens the server's cache saves after an edit 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from codecue.backends.cpu_class import server_binary
 from codecue.bench.llamavim import (
     PEER_NAME,
     SERVER_FLAGS,
@@ -23,15 +21,7 @@ from codecue.bench.llamavim import (
     local_context,
     render,
 )
-
-
-def need_server() -> None:
-    if server_binary().is_file():
-        return
-    message = f"llama-server is not built ({server_binary()}; bash scripts/build_llama_server.sh)"
-    if os.environ.get("CODECUE_REQUIRE_REAL_MODELS"):
-        pytest.fail(message)
-    pytest.skip(message)
+from harness.runtimes import need_llama_server
 
 
 def numbered(n: int, name: str = "line") -> list[str]:
@@ -185,7 +175,7 @@ def test_render_drops_a_suggestion_that_repeats_the_next_line():
 
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
-    need_server()
+    need_llama_server()
     from codecue.bench.llama_server import LlamaServer
     from codecue.testing_gguf import build_tiny_gguf
 

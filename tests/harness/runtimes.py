@@ -65,3 +65,11 @@ def need_llama_cpp() -> None:
     problem = llama_cpp_problem()
     need(problem is None, f"llama.cpp unavailable: {problem}")
 
+
+
+def need_llama_server() -> None:
+    """:func:`need` for llama.cpp's llama-server of the CPU class served (scripts/build_llama_server.sh)."""
+    __tracebackhide__ = True
+    from codecue.backends.cpu_class import server_binary
+
+    need(server_binary().is_file(), f"llama-server is not built ({server_binary()}; bash scripts/build_llama_server.sh)")
