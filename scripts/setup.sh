@@ -25,7 +25,9 @@ if ! "$VPY" -c 'import torch' 2>/dev/null; then
 fi
 
 step "installing codecue and its dependencies"
-"$VPY" -m pip install -q -e '.[dev,server,openvino]'
+# setuptools tells every editable install to beware of a folder named like the package in the working
+# directory (this checkout is that folder, by design): a note for packagers, not for the user
+PYTHONWARNINGS="ignore:Editable installation" "$VPY" -m pip install -q -e '.[dev,server,openvino]'
 
 # llama.cpp is compiled from source (about 5 minutes on 2 cores, once per CPU: the wheel is cached), from
 # llama-cpp-python's sdist with CodeCue's patches (scripts/patches/: the AMX tile-configuration fix that
