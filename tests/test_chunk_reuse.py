@@ -26,25 +26,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from codecue.backends import llamacpp
 from codecue.backends.base import CachedSequence, Chunk, reuse_plan
+from codecue.backends.llamacpp import LlamaCppBackend
 from codecue.engine.fim import PromptBudget, build_fim_prompt
 from codecue.models.config import DecodingSettings
+from harness.runtimes import need_llama_cpp
 
-llamacpp = pytest.importorskip("codecue.backends.llamacpp")
-
-
-def _unavailable() -> str | None:
-    from codecue.errors import BackendUnavailable
-
-    try:
-        llamacpp._load_lib()
-    except BackendUnavailable as exc:
-        return str(exc)
-    return None
-
-
-UNAVAILABLE = _unavailable()
-needs_llama_cpp = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"llama.cpp unavailable: {UNAVAILABLE}")
+# the llama_cpp fixture skips without llama.cpp, or fails where CODECUE_REQUIRE_REAL_MODELS is set
+needs_llama_cpp = pytest.mark.usefixtures("llama_cpp")
 
 N_CTX = 2048
 MIN_CHUNK = 64
@@ -99,9 +89,8 @@ def tokenizer():
 def loaded(ggufs: dict[str, Path]):
     """Backends loaded once: the target twice (a second context for references and as a perfect draft),
     an unrelated draft, the one-layer model twice, and the target in a context that cannot shift."""
-    if UNAVAILABLE is not None:
-        pytest.skip(f"llama.cpp unavailable: {UNAVAILABLE}")
-    load = llamacpp.LlamaCppBackend.load
+    need_llama_cpp()
+    load = LlamaCppBackend.load
     backends = {"target": load(ggufs["target"], n_ctx=N_CTX), "reference": load(ggufs["target"], n_ctx=N_CTX),
                 "draft": load(ggufs["draft"], n_ctx=N_CTX), "one_layer": load(ggufs["one_layer"], n_ctx=N_CTX),
                 "one_layer_reference": load(ggufs["one_layer"], n_ctx=N_CTX),

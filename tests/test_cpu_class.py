@@ -13,22 +13,13 @@ import pytest
 
 from codecue.backends import cpu_class
 from codecue.errors import CodeCueError
-
-REQUIRED = bool(os.environ.get("CODECUE_REQUIRE_REAL_MODELS"))
-
-
-def _avx2_built() -> bool:
-    directory = cpu_class.lib_dir("avx2")
-    return directory is not None and (directory / "libllama.so").is_file()
+from harness.runtimes import need, need_llama_cpp
 
 
 def need_avx2_build() -> None:
-    if _avx2_built():
-        return
-    message = "the avx2 class of llama.cpp is not built (bash scripts/build_llama_cpp.sh --class avx2)"
-    if REQUIRED:
-        pytest.fail(message)
-    pytest.skip(message)
+    directory = cpu_class.lib_dir("avx2")
+    need(directory is not None and (directory / "libllama.so").is_file(),
+         "the avx2 class of llama.cpp is not built (bash scripts/build_llama_cpp.sh --class avx2)")
 
 
 def test_class_comes_from_the_environment_and_is_validated(monkeypatch):
@@ -84,7 +75,7 @@ print(json.dumps({"info": info, "maps": maps, "layout": layout, "refused": refus
 def test_the_avx2_build_serves_and_passes_its_native_check(tmp_path):
     """In a process told to serve the avx2 class, llama.cpp's own report lists no AVX-512 and the libraries
     mapped are the class's; its child-process native check on a model passes (what CI requires of it)."""
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     need_avx2_build()
     from codecue.testing_gguf import build_tiny_gguf
 
@@ -103,7 +94,7 @@ def test_the_avx2_build_serves_and_passes_its_native_check(tmp_path):
 def test_native_and_avx2_give_the_same_greedy_tokens(tmp_path):
     """Both classes compute the same model: greedy decoding of a tiny model agrees token for token (the
     kernels differ; on a random tiny model with a wide logit scale the argmax does not)."""
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     need_avx2_build()
     from codecue.testing_gguf import build_tiny_gguf
 

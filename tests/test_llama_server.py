@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from codecue.bench.llama_server import LlamaServer, ServerConfig, standard_configs
 from codecue.bench.report import server_ratio_lines
 from codecue.bench.runner import RunRecord
-from harness.runtimes import need_llama_server
+from harness.runtimes import need_llama_cpp, need_llama_server
 
 
 def test_configurations_name_the_flags_users_pass(tmp_path):
@@ -41,7 +39,7 @@ def test_ratio_lines_compare_with_the_fastest_server_configuration_per_point():
 
 def test_llama_server_decodes_the_prompt_ids_greedily_as_codecue_does(tmp_path):
     """Same model, same prompt ids: llama-server's greedy tokens are CodeCue's llama.cpp greedy tokens."""
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     need_llama_server()
     from codecue.backends.llamacpp import LlamaCppBackend
     from codecue.testing_gguf import build_tiny_gguf
@@ -75,7 +73,7 @@ def test_speed_bench_runs_the_server_peers_beside_codecue(tmp_path, capsys):
     from codecue.cli import main
     from codecue.testing_gguf import build_tiny_gguf
 
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     need_llama_server()
     target, draft = build_tiny_gguf(tmp_path / "t.gguf", seed=0), build_tiny_gguf(tmp_path / "d.gguf", seed=1)
     src = tmp_path / "sample.py"

@@ -5,18 +5,15 @@ suggestion), the report side by side with CodeCue's, and a short real replay on 
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 
-import pytest
-
-from codecue.backends.cpu_class import server_binary
 from codecue.bench.llama_server import Infill
 from codecue.bench.llamavim import SERVER_N_CTX, LlamaVimClient, llama_vim_server_config
 from codecue.bench.llamavim_replay import VimEvent, VimSession, run_llama_vim_replay
 from codecue.bench.report import format_replay_peer
+from harness.runtimes import need_llama_server
 
 
 @dataclass
@@ -103,11 +100,7 @@ def test_the_side_by_side_table_names_both_and_every_event_kind():
 
 
 def test_a_short_replay_against_the_built_llama_server(tmp_path):
-    if not server_binary().is_file():
-        message = f"llama-server is not built ({server_binary()}; bash scripts/build_llama_server.sh)"
-        if os.environ.get("CODECUE_REQUIRE_REAL_MODELS"):
-            pytest.fail(message)
-        pytest.skip(message)
+    need_llama_server()
     from codecue.bench.llama_server import LlamaServer
     from codecue.testing_gguf import build_tiny_gguf
 

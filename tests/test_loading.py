@@ -12,6 +12,7 @@ import pytest
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.tuning.k_choice import CostModel
 from codecue.tuning.machine_costs import MachineCosts, store_machine_costs
+from harness.runtimes import need_llama_cpp
 
 CHEAP = CostModel(draft_cost=0.05, verify_per_token=0.0)  # drafting pays: the plan serves speculative
 
@@ -34,7 +35,7 @@ def gguf_pair(tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.slow
 @pytest.mark.parametrize("served", ["speculative as shipped", "target-only, target re-quantized here"])
 def test_a_load_resolves_each_model_once_and_checks_each_file_once(served, gguf_pair, isolated_cache, monkeypatch):
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    need_llama_cpp()
     from codecue.completion import Completer
     from codecue.models import requantize, resolve
     from codecue.tuning.plan import make_plan

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from codecue.backends.torch_backend import GGUF_DTYPE_ADVICE, TorchBackend, without_gguf_dtype_advice
+from harness.runtimes import need_llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGGER = "transformers.quantizers.quantizer_gguf"
@@ -39,7 +40,7 @@ def collected():
 @pytest.fixture(scope="module")
 def quantized_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny GGUF with Q4_0 weights (transformers advises float32 only for quantized files)."""
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     from codecue.backends import llamacpp
     from codecue.models.requantize import requantized
     from codecue.testing_gguf import build_tiny_gguf
