@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -78,21 +79,31 @@ def load_backends(spec: LoadSpec) -> tuple[Any, Backend, Backend | None]:
     """The tokenizer, the target and the draft (None without one) that ``spec`` names, loaded."""
     if spec.draft is not None:
         check_same_tokenizer(spec.target, spec.draft)
-    tokenizer = load_tokenizer(spec.target)
-    if (spec.draft is not None and choose_backend(spec.target, spec.backend) == "exllamav2"
-            and choose_backend(spec.draft, spec.draft_backend) == "exllamav2"):
-        # Both on the GPU: plan VRAM for both models and caches first; a draft that does not fit is
-        # dropped (target-only, said once) rather than failing the load.
-        from codecue.backends.exllamav2 import load_pair
-
-        target, draft, _vram = load_pair(spec.target.path, spec.draft.path, spec.n_ctx)
-        return tokenizer, target, draft
-    target = create_backend(spec.target, spec.backend, dtype=spec.dtype, device=spec.device, n_ctx=spec.n_ctx)
-    draft = None
+    runtimes = {choose_backend(spec.target, spec.backend)}
     if spec.draft is not None:
-        draft = create_backend(spec.draft, spec.draft_backend, dtype=spec.draft_dtype, device=spec.device,
-                               n_ctx=spec.n_ctx)
-    return tokenizer, target, draft
+        runtimes.add(choose_backend(spec.draft, spec.draft_backend))
+    # With llama.cpp alone, the tokenizer (importing transformers: mostly Python) loads on a thread while
+    # llama.cpp reads the weights (native code that lets go of the GIL): about a second off a cold start.
+    # Other runtimes import transformers themselves, which two threads must not do at once.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-tokenizer") as pool:
+        if runtimes == {"llamacpp"}:
+            tokenizer = pool.submit(load_tokenizer, spec.target)
+        else:
+            tokenizer = Future()
+            tokenizer.set_result(load_tokenizer(spec.target))
+        if runtimes == {"exllamav2"} and spec.draft is not None:
+            # Both on the GPU: plan VRAM for both models and caches first; a draft that does not fit is
+            # dropped (target-only, said once) rather than failing the load.
+            from codecue.backends.exllamav2 import load_pair
+
+            target, draft, _vram = load_pair(spec.target.path, spec.draft.path, spec.n_ctx)
+            return tokenizer.result(), target, draft
+        target = create_backend(spec.target, spec.backend, dtype=spec.dtype, device=spec.device, n_ctx=spec.n_ctx)
+        draft = None
+        if spec.draft is not None:
+            draft = create_backend(spec.draft, spec.draft_backend, dtype=spec.draft_dtype, device=spec.device,
+                                   n_ctx=spec.n_ctx)
+        return tokenizer.result(), target, draft
 
 
 class Completer:

@@ -195,6 +195,24 @@ def test_truncated_gguf_is_reported_with_its_path(tmp_path: Path, keep: int) -> 
     assert "Traceback" not in str(info.value)
 
 
+def test_a_parsed_header_is_kept_and_a_changed_file_is_parsed_again(tmp_path: Path, monkeypatch) -> None:
+    from codecue.models import gguf_reader
+
+    monkeypatch.setenv("CODECUE_CACHE_DIR", str(tmp_path / "cache"))
+    path = write_gguf(tmp_path / "m.gguf")
+    parses = []
+    parse = gguf_reader._parse_gguf_header
+    monkeypatch.setattr(gguf_reader, "_parse_gguf_header", lambda *a: parses.append(a) or parse(*a))
+    first = read_gguf_header(path)
+    again = read_gguf_header(path)
+    assert len(parses) == 1 and again == first  # the second read came from the cache, equal in every field
+    assert list((tmp_path / "cache" / "gguf_headers").glob("*.json"))
+    path.write_bytes(path.read_bytes()[:-1])  # the same file cut short: another size, parsed (and refused)
+    with pytest.raises(ModelError, match="is truncated"):
+        read_gguf_header(path)
+    assert len(parses) == 2
+
+
 def test_file_with_the_wrong_magic_is_not_a_gguf(tmp_path: Path) -> None:
     path = tmp_path / "model.gguf"
     path.write_bytes(b"PK\x03\x04" + bytes(100))

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import threading
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +23,7 @@ from codecue.server.inline_completion import CompletionRequest, make_items, stil
 from codecue.server.options import ModelOptions, ServerOptions, parse_options
 from codecue.server.prompt import stable_prefix
 from codecue.server.transport import parse_host_port
+from harness.wait import until
 
 # -- options ----------------------------------------------------------------------------------------------
 
@@ -282,7 +284,8 @@ def bare_server():
     from codecue.server.session import CodeCueServer
     from codecue.server.worker import ModelWorker
 
-    server = CodeCueServer(ModelWorker(factory=lambda choice: pytest.fail("no model may load here")))
+    server = CodeCueServer(ModelWorker(factory=lambda choice: pytest.fail("no model may load here"),
+                                       load_at_connect=False))
     writer = _Writer()
     server.protocol.set_writer(writer)
     return server, writer
@@ -540,7 +543,7 @@ def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_shor
     # window_floor=0: this test is about the time rule alone (the quality floor has tests of its own)
     completer = make_completer(draft=None, draft_mode="none",
                                budget=PromptBudget(total=700, suffix=64, extra=0, first_text_ms=400, window_floor=0))
-    full = run_enter_replay(source, completer, places=3, pause_ms=50, max_tokens=4)
+    full = run_enter_replay(source, completer, places=3, pause_ms=50, max_tokens=4, cursor_moved=False)
     lines = enter_lines(text, 3)
     assert full["places"] == 3 and len(set(lines)) == 3 and lines == sorted(lines, reverse=True)
     assert full["first_text_ms"]["shown"] + full["first_text_ms"]["censored"] == 3
@@ -550,13 +553,64 @@ def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_shor
     completer.reset_caches()
     slow = completer.prefill_ms_per_token = 10.0
     completer._note_prefill = lambda *args, **kwargs: None  # keep the slow speed for this run
-    short = run_enter_replay(source, completer, places=3, pause_ms=50, max_tokens=4)
+    short = run_enter_replay(source, completer, places=3, pause_ms=50, max_tokens=4, cursor_moved=False)
     assert completer.prefill_ms_per_token == slow
     assert max(short["prefilled_tokens"]) <= 45 and short["places"] == 3
     typing = {"first_text_ms_new_generation": full["first_text_ms"], "first_text_ms_unpredicted": full["first_text_ms"],
               "nothing_to_show": 0}
     table = format_replay_layouts({"psm-mid": {"typing": typing, "enter": short}})
     assert "Enter at new place" in table and "unpredicted keys" in table
+
+
+def test_enter_replay_announces_each_jump_and_the_pause_warms_the_place(make_completer, tmp_path):
+    """With the clients' cursor notification the pause before Enter evaluates the new place's prompt, so
+    the Enter itself evaluates mostly what it changed; without it (standard LSP) the whole prompt."""
+    from codecue.bench.replay import run_enter_replay
+
+    source = tmp_path / "sample.py"
+    source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(80)))
+    completer = make_completer(draft=None, draft_mode="none",
+                               budget=PromptBudget(total=700, suffix=64, extra=0, first_text_ms=0, window_floor=0))
+    plain = run_enter_replay(source, completer, places=3, pause_ms=400, max_tokens=4, cursor_moved=False)
+    completer.reset_caches()
+    warmed = run_enter_replay(source, completer, places=3, pause_ms=400, max_tokens=4, cursor_moved=True)
+    assert warmed["cursor_moved"] and not plain["cursor_moved"]
+    assert min(plain["prefilled_tokens"]) > 200
+    pairs = list(zip(plain["prefilled_tokens"], warmed["prefilled_tokens"], strict=True))
+    assert all(w < p for p, w in pairs) and 3 * sum(w for _, w in pairs) < sum(p for p, _ in pairs), pairs
+
+
+async def test_initialize_is_answered_at_once_and_the_models_load_before_the_first_request():
+    """A cold start: the editor's first completion must not wait for a load its start-up could hide."""
+    from codecue.server.session import CodeCueServer
+    from codecue.server.transport import dispatch
+    from codecue.server.worker import ModelWorker
+
+    release, loaded = threading.Event(), []
+
+    def factory(config):
+        release.wait(10)  # a slow load: initialize must be answered before it ends
+        loaded.append(config)
+        return SimpleNamespace(names=("target", None), runtime="fake")
+
+    worker = ModelWorker(factory=factory, idle_unload_s=None, measure_costs=False)
+    server = CodeCueServer(worker)
+    writer = _Writer()
+    server.protocol.set_writer(writer)
+    try:
+        dispatch(server, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                     "params": {"capabilities": {}}}).encode())
+        await until(lambda: any(m.get("id") == 0 for m in _responses(writer.data)), what="the initialize answer")
+        assert not loaded
+        release.set()
+        await until(lambda: worker.loads == 1, what="the load that initialize started")
+        assert loaded == [server.completion_config] and worker.holds(server.completion_config)
+        worker.preload(server.completion_config)  # loaded already: nothing more to do
+        await asyncio.sleep(0.2)
+        assert worker.loads == 1
+    finally:
+        release.set()
+        worker.shutdown(timeout=5, unload=False)
 
 
 def _initialized(bare_server):

@@ -13,11 +13,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
-
-import torch
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from codecue.errors import CodeCueError
+
+if TYPE_CHECKING:  # torch is imported where logits are made: the daemon and the relay never load it
+    import torch
 
 
 @runtime_checkable
@@ -406,6 +407,11 @@ class CachedSequence:
                 rows.append(logits[-wanted:])
             yield len(chunk)
         # One call is the common case (a decode step): its rows as they are, not copied again.
-        out = rows[0] if len(rows) == 1 else torch.cat(rows) if rows else torch.empty((0, self.backend.vocab_size))
+        if len(rows) == 1:
+            out = rows[0]
+        else:
+            import torch
+
+            out = torch.cat(rows) if rows else torch.empty((0, self.backend.vocab_size))
         assert out.shape[0] == n_logits
         return out

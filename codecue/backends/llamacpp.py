@@ -125,26 +125,6 @@ def physical_core_count() -> int:
     return max(1, logical // 2 if logical >= 4 else logical)
 
 
-
-def read_metadata(path: Path, keys: Sequence[str]) -> dict[str, str | None]:
-    """GGUF metadata values (as text) read by llama.cpp itself from its vocabulary-only load (a fraction of a
-    second; no weights), None for a key the file lacks."""
-    lib = _load_lib()
-    params = lib.llama_model_default_params()
-    params.vocab_only = True
-    model = lib.llama_model_load_from_file(str(path).encode("utf-8"), params)
-    if not model:
-        raise ModelError(f"llama.cpp could not read {path}", "check the file with `codecue models verify`")
-    try:
-        buf = ctypes.create_string_buffer(256)
-        values: dict[str, str | None] = {}
-        for key in keys:
-            n = lib.llama_model_meta_val_str(model, key.encode("utf-8"), buf, len(buf))
-            values[key] = buf.value.decode("utf-8", errors="replace") if n >= 0 else None
-        return values
-    finally:
-        lib.llama_model_free(model)
-
 class LlamaCppBackend(BackendBase):
     """A GGUF model in one llama.cpp context holding one sequence; see :class:`codecue.backends.base.Backend`."""
 

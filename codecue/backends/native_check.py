@@ -199,12 +199,13 @@ def _step_ms(model: Path, repack: bool, flash_attn: bool, repeats: int = 5) -> f
 
 def attention_shape(model: Path) -> str:
     """What decides the attention kernels' speed: the architecture's layer count and head layout."""
-    from codecue.backends.llamacpp import read_metadata
+    from codecue.models.gguf_reader import read_gguf_header
 
-    arch = read_metadata(model, ["general.architecture"])["general.architecture"] or ""
+    metadata = read_gguf_header(model).metadata
+    arch = metadata.get("general.architecture") or ""
     keys = [f"{arch}.{k}" for k in ("block_count", "embedding_length", "attention.head_count",
                                     "attention.head_count_kv", "attention.key_length")]
-    return " ".join(f"{k}={v}" for k, v in read_metadata(model, keys).items())
+    return " ".join(f"{k}={metadata.get(k)}" for k in keys)
 
 
 def faster_attention(model: Path, repack: bool) -> bool | None:

@@ -52,6 +52,7 @@ from codecue.models.flags import add_model_arguments, config_from_args
 from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
 from codecue.server.model_process import CompleterProcess
 from codecue.server.session import CodeCueServer
+from codecue.server.text_sync import CURSOR_MOVED
 from codecue.server.transport import serve_session
 from codecue.server.worker import ModelWorker
 
@@ -399,9 +400,10 @@ async def _replay(completer: Models, text: str, uri: str, language_id: str, *, r
 
 
 async def _enter_replay(completer: Models, text: str, uri: str, language_id: str, *, places: int,
-                        pause_s: float, max_tokens: int, timeout_s: float) -> dict[str, Any]:
-    """Enter at the end of ``places`` lines spread over the file, each after ``pause_s`` of quiet: the
-    time from that keystroke (``didChange`` + ``inlineCompletion``, standard LSP only) to ghost text."""
+                        pause_s: float, max_tokens: int, timeout_s: float, cursor_moved: bool) -> dict[str, Any]:
+    """Enter at the end of ``places`` lines spread over the file, each after a jump there and ``pause_s`` of
+    quiet: the time from that keystroke (``didChange`` + ``inlineCompletion``) to ghost text. With
+    ``cursor_moved`` the jump is announced as the clients do (``codecue/cursorMoved``), else standard LSP only."""
     keys: list[Keystroke] = []
     async with _session(completer, max_tokens) as (server, client):
         client.notify("initialized", {})
@@ -412,11 +414,13 @@ async def _enter_replay(completer: Models, text: str, uri: str, language_id: str
             "textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}, "context": {"triggerKind": 1}})
         await asyncio.wait_for(warm, 3600)
         for i, line_no in enumerate(enter_lines(text, places)):
-            await asyncio.sleep(pause_s)
             lines = doc.split("\n")
             line = lines[line_no]
             indent = line[: len(line) - len(line.lstrip())]
             at = {"line": line_no, "character": utf16_length(line)}
+            if cursor_moved:  # the jump: both clients tell the server where the cursor came to rest
+                client.notify(CURSOR_MOVED, {"textDocument": {"uri": uri}, "position": at})
+            await asyncio.sleep(pause_s)
             version += 1
             lines.insert(line_no + 1, indent)
             lines[line_no] = line
@@ -432,7 +436,8 @@ async def _enter_replay(completer: Models, text: str, uri: str, language_id: str
             keys.append(key)
             await asyncio.wait([future], timeout=timeout_s)
         generations = list(server.stats.generations)[1:]
-    return {"places": len(keys), "pause_s": pause_s, "first_text_ms": summarize([k.first_text_ms() for k in keys]),
+    return {"places": len(keys), "pause_s": pause_s, "cursor_moved": cursor_moved,
+            "first_text_ms": summarize([k.first_text_ms() for k in keys]),
             "final_ms": summarize([k.final_ms() for k in keys]),
             "prefilled_tokens": [g["prefilledTokens"] for g in generations],
             "prompt_tokens": [g["promptTokens"] for g in generations],
@@ -453,13 +458,15 @@ def enter_lines(text: str, places: int) -> list[int]:
 
 
 def run_enter_replay(file: str | Path, completer: Models, *, places: int = 8, pause_ms: float = 1500.0,
-                     max_tokens: int = 32, timeout_s: float = 120.0, language_id: str | None = None) -> dict[str, Any]:
+                     max_tokens: int = 32, timeout_s: float = 120.0, language_id: str | None = None,
+                     cursor_moved: bool = True) -> dict[str, Any]:
     """Enter at new places after a pause (see :func:`_enter_replay`), on loaded models."""
     path = Path(file)
     text = path.read_text(encoding="utf-8")
     language_id = language_id or LANGUAGE_IDS.get(path.suffix, "plaintext")
     report = asyncio.run(_enter_replay(completer, text, path.resolve().as_uri(), language_id, places=places,
-                                       pause_s=pause_ms / 1e3, max_tokens=max_tokens, timeout_s=timeout_s))
+                                       pause_s=pause_ms / 1e3, max_tokens=max_tokens, timeout_s=timeout_s,
+                                       cursor_moved=cursor_moved))
     report.update({"file": report_path(path), "lines": text.count("\n") + 1, "layout": completer.budget.layout})
     return report
 

@@ -1,7 +1,6 @@
-"""``codecue bench SUBCOMMAND``: the benchmarks, one module each under :mod:`codecue.bench`. Only the chosen
-one is imported (they import the model runtimes; other commands must not pay for that), so this command takes
-its arguments unparsed and the benchmark's own parser reads them. The previous release's flag forms
-(``--quality``, ``--replay FILE``, ...; plain ``codecue bench`` = ``speed``) work for one more release."""
+"""``codecue bench SUBCOMMAND``: the benchmarks, one module each under :mod:`codecue.bench`. Only the chosen one
+is imported (they import the model runtimes), so this command takes its arguments unparsed and the benchmark's
+own parser reads them. The former flag forms (``--quality``, ``--replay FILE``, ...) work for one more release."""
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "remote": ("codecue.bench.remote", "a shared inference server's latency next to the local models"),
     "context": ("codecue.bench.context", "cursor-context time after a one-character edit (tree-sitter)"),
     "layouts": ("codecue.bench.layouts", "quality of a weight layout made here against the shipped file"),
+    "cold-start": ("codecue.bench.cold_start", "from an editor spawning the server to the first ghost text"),
 }
 #: cli.py builds this command's parser with these: no option prefix ("\0" starts no argument) and no -h of
 #: its own, so that every argument after ``bench`` reaches :func:`run` as typed

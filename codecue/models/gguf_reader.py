@@ -9,12 +9,17 @@ corruption or truncation.
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from codecue.errors import ModelError
+from codecue.paths import atomic_write_text, cache_dir
+
+log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSIONS = (2, 3)
@@ -72,17 +77,59 @@ class _Truncated(Exception):
     pass
 
 
+HEADER_CACHE_VERSION = "1"
+
+
 def read_gguf_header(path: str | Path) -> GGUFHeader:
-    """Parse a GGUF header and check that every tensor lies within the file (truncation) — in a fraction of a
-    second, where gguf's GGUFReader takes seconds on a 150k-token vocabulary because it builds a numpy view
-    per array item. A ModelError names the file on any corruption."""
+    """A GGUF file's header, every tensor checked to lie within the file (truncation). A ModelError names the
+    file on any corruption.
+
+    Parsing takes most of a second on a 150k-token vocabulary (each token is skipped and hashed), and every
+    model load reads the header of both models, so what a parse found is kept in the cache, keyed by the
+    file's path, size and modification time: a file changed in any way is parsed again.
+    """
+    path = Path(path)
+    check_gguf_header(path)
+    stat = path.stat()
+    entry = _header_cache_entry(path, stat.st_size, stat.st_mtime_ns)
+    try:
+        data = json.loads(entry.read_text(encoding="utf-8"))
+        return _header_from_json(path, data)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not cached yet, or unreadable: parse the file
+    header = _parse_gguf_header(path, stat.st_size)
+    try:
+        atomic_write_text(entry, json.dumps(_header_to_json(header)))
+    except (OSError, TypeError, ValueError) as exc:  # a read-only cache (or odd metadata) only costs time
+        log.debug("GGUF header of %s not cached: %s", path, exc)
+    return header
+
+
+def _header_cache_entry(path: Path, size: int, mtime_ns: int) -> Path:
+    raw = f"{HEADER_CACHE_VERSION}:{path.resolve()}:{size}:{mtime_ns}"
+    return cache_dir() / "gguf_headers" / (hashlib.sha256(raw.encode()).hexdigest()[:24] + ".json")
+
+
+def _header_to_json(header: GGUFHeader) -> dict[str, Any]:
+    return {"version": header.version, "metadata": header.metadata, "array_lengths": header.array_lengths,
+            "tokens_sha256": header.tokens_sha256, "data_offset": header.data_offset,
+            "file_size": header.file_size,
+            "tensors": [[t.name, t.ggml_type, list(t.shape), t.offset, t.n_bytes] for t in header.tensors]}
+
+
+def _header_from_json(path: Path, data: dict[str, Any]) -> GGUFHeader:
+    tensors = tuple(GGUFTensorInfo(name, int(ggml_type), tuple(int(d) for d in shape), int(offset), int(n_bytes))
+                    for name, ggml_type, shape, offset, n_bytes in data["tensors"])
+    return GGUFHeader(path, int(data["version"]), dict(data["metadata"]), dict(data["array_lengths"]),
+                      data["tokens_sha256"], tensors, int(data["data_offset"]), int(data["file_size"]))
+
+
+def _parse_gguf_header(path: Path, size: int) -> GGUFHeader:
+    """Parse the header in one pass (gguf's GGUFReader takes seconds on a 150k-token vocabulary because it
+    builds a numpy view per array item)."""
     import mmap
 
     from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType
-
-    path = Path(path)
-    check_gguf_header(path)
-    size = path.stat().st_size
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             parser = _GGUFParser(data)

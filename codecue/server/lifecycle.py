@@ -2,8 +2,9 @@
 
 ``initialize`` validates ``initializationOptions`` once (see :mod:`codecue.server.options`); problems,
 including a model reference that does not resolve, are reported in one ``window/showMessage`` (LSP allows
-that during ``initialize``) and the defaults are used. Models are not loaded here: the worker loads them
-on the first completion, so an editor starts instantly and a shared daemon loads them once.
+that during ``initialize``) and the defaults are used. ``initialize`` is answered at once; the session's
+models start loading in the background then (:meth:`ModelWorker.preload`), so the first completion does not
+pay for the load the editor's start-up could hide; a shared daemon loads them once.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def register(server: CodeCueServer) -> None:
     @server.feature(types.INITIALIZE)
     async def on_initialize(params: types.InitializeParams) -> None:
         await configure(server, params.initialization_options)
+        server.worker.preload(server.completion_config)
 
     @server.feature(types.SHUTDOWN)
     def on_shutdown(params: Any) -> None:

@@ -73,6 +73,7 @@ class GenerationJob:
     path: str | None = None  # the document's name in the prompt (shown with project context)
     background: bool = False  # work ahead (warm-up, prefetch): any real job cancels it
     warm_only: bool = False  # only evaluate the prompt into the caches; the result is None
+    load_only: bool = False  # only load the models (an editor just connected); the result is None
     max_tokens: int = 64
     temperature: float = 0.0
     #: the cursor's language and context class: the K authority decides the draft depth from them once the
@@ -139,8 +140,10 @@ class ModelWorker:
         max_pending: int = 8,
         measure_costs: bool = True,
         k_policy: KPolicy | None = None,
+        load_at_connect: bool = True,
     ) -> None:
         self.default_config = default_config or CompletionConfig()
+        self.load_at_connect = load_at_connect  # :meth:`preload` loads; False: the first request does
         self.factory = factory
         self.idle_unload_s = idle_unload_s if idle_unload_s and idle_unload_s > 0 else None
         self.reuse_cache = reuse_cache
@@ -196,6 +199,15 @@ class ModelWorker:
                 self._thread.start()
             self._cond.notify()
         return job.future
+
+    def preload(self, config: CompletionConfig) -> None:
+        """Load ``config``'s models in the background unless they are loaded: an editor that just connected
+        asks for a completion soon, and loading is most of a cold start. A request that comes meanwhile
+        waits for the load to finish (a load is not cut short), not for anything after it."""
+        if not self.load_at_connect or self.holds(config):
+            return
+        self.submit(GenerationJob(config=config, prefix="", suffix="", background=True, load_only=True,
+                                  label="load at connect"))
 
     def _cancel_background_locked(self, warm_only: bool = False) -> None:
         """Drop the queued background jobs and cancel the running one (only warm-ups: ``warm_only``)."""
@@ -417,7 +429,7 @@ class ModelWorker:
                     job.future.set_result(None)
                     continue
                 completer = self._ensure_loaded(job.config)
-                if job.is_cancelled:  # cancelled while the models loaded
+                if job.is_cancelled or job.load_only:  # cancelled while the models loaded, or only to load
                     job.future.set_result(None)
                     continue
                 if not self.reuse_cache:
