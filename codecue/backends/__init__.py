@@ -98,7 +98,7 @@ def create_backend(
 
             repack = checked_llamacpp_layout(source.path)
             return LlamaCppBackend.load(source.path, n_ctx=n_ctx, repack=repack,
-                                        flash_attn=faster_attention(source.path, repack))
+                                        flash_attn=lambda shape: faster_attention(source.path, repack, shape))
         except BackendUnavailable as exc:
             if backend == "llamacpp":
                 raise

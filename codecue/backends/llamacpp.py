@@ -20,7 +20,7 @@ import ctypes
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -125,6 +125,21 @@ def physical_core_count() -> int:
     return max(1, logical // 2 if logical >= 4 else logical)
 
 
+def attention_shape(lib: ModuleType, model: Any) -> str:
+    """What decides a loaded model's attention kernels' speed: its layer count and head layout, from the
+    metadata llama.cpp read with it."""
+    buf = ctypes.create_string_buffer(256)
+
+    def value(key: str) -> str | None:
+        n = lib.llama_model_meta_val_str(model, key.encode("utf-8"), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    arch = value("general.architecture") or ""
+    keys = [f"{arch}.{k}" for k in ("block_count", "embedding_length", "attention.head_count",
+                                    "attention.head_count_kv", "attention.key_length")]
+    return " ".join(f"{k}={value(k)}" for k in keys)
+
+
 class LlamaCppBackend(BackendBase):
     """A GGUF model in one llama.cpp context holding one sequence; see :class:`codecue.backends.base.Backend`."""
 
@@ -168,7 +183,7 @@ class LlamaCppBackend(BackendBase):
         n_ctx: int = 4096,
         n_threads: int | None = None,
         n_batch: int = 512,
-        flash_attn: bool | None = None,
+        flash_attn: bool | None | Callable[[str], bool | None] = None,
         repack: bool = True,
         shift: bool = True,
     ) -> LlamaCppBackend:
@@ -176,7 +191,8 @@ class LlamaCppBackend(BackendBase):
 
         ``n_batch`` is the most tokens one ``llama_decode`` call takes; it must cover the largest verify
         chunk and should match the engine's prefill chunk (longer inputs are split). ``flash_attn``:
-        ``None`` lets llama.cpp decide (its default), ``True``/``False`` force it on or off.
+        ``None`` lets llama.cpp decide (its default), ``True``/``False`` force it on or off, a function decides from
+        the model's :func:`attention_shape` once the weights are loaded.
 
         ``repack`` lets llama.cpp re-lay quantized weights for its faster CPU kernels (its default). It
         changes numerics. Measured on the default Q4_K_M target (this build, AVX-512): with it, a call of
@@ -205,6 +221,12 @@ class LlamaCppBackend(BackendBase):
         if not model:
             raise ModelError(f"llama.cpp could not load {path}", "the file may be truncated or not a GGUF model")
 
+        if callable(flash_attn):
+            try:
+                flash_attn = flash_attn(attention_shape(lib, model))
+            except BaseException:
+                lib.llama_model_free(model)
+                raise
         n_ctx_train = int(lib.llama_model_n_ctx_train(model))
         n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
         n_batch = min(n_batch, n_ctx)

@@ -197,20 +197,10 @@ def _step_ms(model: Path, repack: bool, flash_attn: bool, repeats: int = 5) -> f
     return sorted(times[1:])[repeats // 2] * 1e3
 
 
-def attention_shape(model: Path) -> str:
-    """What decides the attention kernels' speed: the architecture's layer count and head layout."""
-    from codecue.models.gguf_reader import read_gguf_header
-
-    metadata = read_gguf_header(model).metadata
-    arch = metadata.get("general.architecture") or ""
-    keys = [f"{arch}.{k}" for k in ("block_count", "embedding_length", "attention.head_count",
-                                    "attention.head_count_kv", "attention.key_length")]
-    return " ".join(f"{k}={metadata.get(k)}" for k in keys)
-
-
-def faster_attention(model: Path, repack: bool) -> bool | None:
+def faster_attention(model: Path, repack: bool, shape: str) -> bool | None:
     """Whether llama.cpp should run ``model`` with flash attention here: the faster one-token step with a
-    prompt's worth of context, measured once per machine, build, layout and attention shape (seconds).
+    prompt's worth of context, measured once per machine, build, layout and attention ``shape`` (what
+    decides the attention kernels' speed: :func:`codecue.backends.llamacpp.attention_shape`; seconds).
 
     It differs by model, not only by machine: on a Sapphire Rapids Xeon with 2 cores, the 0.5B draft
     (14 query heads of 64) steps in 33 ms with it and 18 ms without after 1,500 cached tokens, while the
@@ -222,8 +212,7 @@ def faster_attention(model: Path, repack: bool) -> bool | None:
     # Keyed by the model's attention shape, not its file: the attention kernels run on the KV cache, whose
     # type no weight layout changes, so a re-quantized copy takes the verdict of the file it came from.
     layout = "repack" if repack else "plain"
-    raw = "\n".join((PROBE_VERSION, cpu_signature(), "llamacpp-attention", llamacpp_version(), layout,
-                     attention_shape(model)))
+    raw = "\n".join((PROBE_VERSION, cpu_signature(), "llamacpp-attention", llamacpp_version(), layout, shape))
     key = hashlib.sha256(raw.encode()).hexdigest()
     cached = _read_checks().get(key)
     if isinstance(cached, dict) and isinstance(cached.get("flash_attn"), bool):

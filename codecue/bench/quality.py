@@ -50,6 +50,8 @@ from codecue.bench.points import CORPUS_DIR, LANGUAGES, language_of
 from codecue.bench.report import format_quality_summary, report_meta, write_report
 from codecue.completion import Completer
 from codecue.context.chunks import ChunkPool, query_around
+from codecue.context.imports import ImportedFiles
+from codecue.document import DocumentStore
 from codecue.engine.fim import (
     FILE_SEP,
     FIM_MIDDLE,
@@ -65,10 +67,10 @@ from codecue.engine.stops import StopRule
 from codecue.errors import CodeCueError
 from codecue.models.flags import add_model_arguments, config_from_args
 from codecue.server.context_hooks import ContextHooks
-from codecue.server.prompt import uri_to_path
+from codecue.server.prompt import project_context, uri_to_path
 
 PROJECTS_DIR = CORPUS_DIR / "projects"
-CONTEXTS = ("none", "heads", "chunks")
+CONTEXTS = ("none", "heads", "chunks", "imports")
 # The prompt budget every variant gets (tokens): small enough for a CPU run of a few hundred prompts.
 QUALITY_BUDGET = dict(total=512, suffix=48, extra=192, anchor_lines=32)
 # Prompt tokens beyond the context that the server evaluates at a new place on a 2-core CPU (400 ms at
@@ -220,11 +222,26 @@ def chunk_context(point: QualityPoint, budget: PromptBudget) -> list[tuple[str, 
     return [(c.path, c.text) for c in chosen]
 
 
+def import_context(point: QualityPoint, budget: PromptBudget) -> list[tuple[str, str]]:
+    """What the server picks after a jump in a fresh editor where only the point's file is open: chunks of
+    the files it imports, resolved within the project's folder (the workspace) and read from disk, ranked
+    for the lines around the cursor (:func:`codecue.server.prompt.project_context`, as the server runs it)."""
+    root = PROJECTS_DIR / point.project
+    uri = (root / point.path).as_uri()
+    documents = DocumentStore()
+    documents.open(uri, point.language, 1, point.prefix + point.suffix)
+    return project_context(ChunkPool(), documents, uri, point.language, point.prefix, point.suffix, budget,
+                           ImportedFiles(), [root])
+
+
 def codecue_prompt(tokenizer, point: QualityPoint, layout: str, context: str, first_tokens: int | None = None) -> str:
-    """CodeCue's prompt with ``context`` (none, heads, chunks); with ``first_tokens``, the shorter prompt the
-    server uses at a place its cache does not hold (:func:`~codecue.engine.fim.shorter_budgets`)."""
+    """CodeCue's prompt with ``context`` (none, heads, chunks: the other files open, imports: only the files
+    the point's file imports); with ``first_tokens``, the shorter prompt the server uses at a place its cache
+    does not hold (:func:`~codecue.engine.fim.shorter_budgets`)."""
     budget = PromptBudget(layout=layout, **QUALITY_BUDGET)
-    extra = {"none": [], "heads": old_heads(point), "chunks": chunk_context(point, budget)}[context]
+    contexts = {"none": lambda: [], "heads": lambda: old_heads(point), "chunks": lambda: chunk_context(point, budget),
+                "imports": lambda: import_context(point, budget)}
+    extra = contexts[context]()
     if first_tokens is not None:
         budget = shorter_budgets(budget, first_tokens)[1 if context == "none" else 0]
     return build_fim_text(tokenizer, point.prefix, point.suffix, budget, extra, path=point.path)
@@ -323,7 +340,7 @@ def llama_vim_peer(server: LlamaServer, max_tokens: int) -> Callable[[QualityPoi
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", nargs="+", default=None,
-                        help="prompt variants LAYOUT/CONTEXT[/first[@TOKENS]] (psm|psm-mid|spm / none|heads|chunks; "
+                        help="prompt variants LAYOUT/CONTEXT[/first[@TOKENS]] (psm|psm-mid|spm / none|heads|chunks|imports; "
                              "/first: the short prompt of a place the cache does not hold, @TOKENS its window, default "
                              f"--first-tokens), {CODECUE_LLAMA_VIM} (a llama.vim-style prompt on CodeCue's backend) or "
                              f"{PEER_NAME} (llama.vim's request to llama-server; needs it built: "

@@ -1,9 +1,10 @@
 """Context from the rest of the project: chunks of other files, chosen by similarity to the cursor.
 
 The pool holds chunks of ``chunk_lines`` lines from the files the editor gave us (open documents,
-recently edited or closed ones, and files the current one imports). For a request, the chunks whose
-identifiers overlap most with the lines around the cursor are chosen, within a budget of characters
-(the prompt builder then enforces the exact token budget).
+recently edited or closed ones) and the files the current one imports (:mod:`codecue.context.imports`,
+read from the workspace). For a request, the chunks that define names used around the cursor, then those
+whose identifiers overlap most with the lines around the cursor, are chosen, within a budget of
+characters (the prompt builder then enforces the exact token budget).
 
 The chosen chunks go first in the prompt, so their order decides how much of the KV cache survives when
 the choice changes: they are ordered by when they entered the pool (oldest first), so a chunk that is
@@ -16,8 +17,10 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+
+from codecue.context.imports import defined_names
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 # Words every file of a language has: they say nothing about which chunk the cursor needs.
@@ -26,6 +29,12 @@ self this return const let var def class function func import from package publi
 int str string bool true false True False None null nil for while else elif struct impl pub mut use
 new err error async await type interface export default include std auto char long size_t
 """.split())
+
+
+# Rank bonuses on top of the similarity (0..1): a definition of a name used around the cursor beats any
+# amount of shared vocabulary; an imported file's chunk beats an equally similar chunk of another file.
+DEFINES_BONUS = 1.0
+IMPORTED_BONUS = 0.1
 
 
 def identifiers(text: str) -> frozenset[str]:
@@ -48,6 +57,7 @@ class Chunk:
     text: str
     words: frozenset[str]
     serial: int  # when it entered the pool: the order chosen chunks appear in
+    defines: frozenset[str] = frozenset()  # names the chunk defines (a function, a class, a type, ...)
 
 
 @dataclass
@@ -97,7 +107,7 @@ class ChunkPool:
                 continue
             serial = old.get(body)
             chunks.append(Chunk(uri, path, start, body, identifiers(body),
-                                serial if serial is not None else next(self._serial)))
+                                serial if serial is not None else next(self._serial), defined_names(body)))
         self._sources[uri] = _Source(text, chunks, next(self._clock))
         self._evict()
 
@@ -113,9 +123,14 @@ class ChunkPool:
             self.languages.pop(oldest, None)
 
     def select(self, query: str, exclude_uri: str | None, max_chars: int,
-               allowed: Iterable[str] | None = None) -> list[Chunk]:
-        """The chunks most similar to ``query`` (none with nothing in common), at most ``max_chars`` of
-        text in all, in pool order. ``allowed``: only chunks of these URIs."""
+               allowed: Iterable[str] | None = None, imported: Collection[str] = ()) -> list[Chunk]:
+        """The chunks that rank highest for ``query`` (none with nothing in common), at most ``max_chars``
+        of text in all, in pool order. ``allowed``: only chunks of these URIs; ``imported``: the URIs of
+        the files the cursor's file imports.
+
+        The rank is the identifier similarity, plus :data:`DEFINES_BONUS` for a chunk that defines a
+        name used around the cursor (what the next line most likely calls or builds) and
+        :data:`IMPORTED_BONUS` for a chunk of an imported file."""
         words = identifiers(query)
         allowed_set = set(allowed) if allowed is not None else None
         scored = []
@@ -125,6 +140,7 @@ class ChunkPool:
             for chunk in source.chunks:
                 score = similarity(words, chunk.words)
                 if score > 0:
+                    score += DEFINES_BONUS * bool(chunk.defines & words) + IMPORTED_BONUS * (uri in imported)
                     scored.append((score, chunk))
         scored.sort(key=lambda sc: (-sc[0], sc[1].serial))
         chosen, used = [], 0

@@ -126,6 +126,20 @@ class Grammar:
             )
         return query
 
+    @cached_property
+    def imports_query(self) -> tree_sitter.Query | None:
+        """``imports.scm``: what a file of this language imports (captures ``module``, ``name``, ``mod``,
+        read by :mod:`codecue.context.imports`); None for a grammar folder without one."""
+        import tree_sitter
+
+        path = self.folder / "imports.scm"
+        if not path.is_file():
+            return None
+        try:
+            return tree_sitter.Query(self.ts_language, path.read_text(encoding="utf-8"))
+        except (OSError, tree_sitter.QueryError, SyntaxError, ValueError) as exc:
+            raise GrammarConfigError(f"{path} does not compile for {self.grammar_id}: {exc}") from exc
+
     def new_parser(self) -> tree_sitter.Parser:
         import tree_sitter
 

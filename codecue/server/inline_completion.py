@@ -172,7 +172,7 @@ class InlineCompletions:
     def _context(self, uri: str, language_id: str, prefix: str, suffix: str) -> list[tuple[str, str]]:
         server = self.server
         return project_context(server.chunks, server.documents, uri, language_id, prefix, suffix,
-                               server.prompt_budget)
+                               server.prompt_budget, server.imports, server.workspace_roots)
 
     def _start(self, gen: Generation, request: CompletionRequest, background: bool = False) -> None:
         if gen.state != "pending":

@@ -10,9 +10,12 @@ only when the cursor has travelled a whole block.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from codecue.context.chunks import ChunkPool, query_around
+from codecue.context.imports import ImportedFiles
 from codecue.engine.fim import PromptBudget
 
 if TYPE_CHECKING:
@@ -47,13 +50,14 @@ CHUNK_CHARS_PER_TOKEN = 3.2
 
 
 def project_context(pool: ChunkPool, documents: DocumentStore, uri: str, language_id: str, prefix: str,
-                    suffix: str, budget: PromptBudget) -> list[tuple[str, str]]:
+                    suffix: str, budget: PromptBudget, imports: ImportedFiles | None = None,
+                    roots: Sequence[Path] = ()) -> list[tuple[str, str]]:
     """(path, text) chunks of the documents of ``language_id`` the editor gave us (open now, or edited
-    and closed since), the ones most similar to the lines around the cursor, within ``budget.extra``
-    tokens.
+    and closed since) and of the files the document ``uri`` imports, the ones that rank highest for the
+    lines around the cursor (:meth:`ChunkPool.select`), within ``budget.extra`` tokens.
 
-    Only the editor's documents enter the pool: nothing is read from disk, so nothing outside the
-    workspace the editor opened reaches the prompt.
+    Imported files are read from disk only inside ``roots``, the workspace folders the editor opened
+    (none: nothing is read); an imported file the editor has open is taken from the editor.
     """
     same_language = set()
     for doc in documents:
@@ -61,8 +65,20 @@ def project_context(pool: ChunkPool, documents: DocumentStore, uri: str, languag
             pool.update(doc.uri, uri_to_path(doc.uri), doc.text)
             same_language.add(doc.uri)
     pool.languages.update(dict.fromkeys(same_language, language_id))
+    imported: set[str] = set()
+    current = documents.get(uri)
+    if imports is not None and roots and current is not None:
+        resolved_roots = [r.resolve() for r in roots]
+        for path, text in imports.files(uri, current.text, language_id, roots):
+            file_uri = path.as_uri()
+            if documents.get(file_uri) is None:  # named as in a repository: relative to its workspace folder
+                root = next(r for r in resolved_roots if path.is_relative_to(r))
+                pool.update(file_uri, path.relative_to(root).as_posix(), text)
+            imported.add(file_uri)
     allowed = [u for u, lang in pool.languages.items() if lang == language_id and u in pool]
-    chosen = pool.select(query_around(prefix, suffix), uri, int(budget.extra * CHUNK_CHARS_PER_TOKEN), allowed)
+    allowed += [u for u in imported if u in pool]
+    chosen = pool.select(query_around(prefix, suffix), uri, int(budget.extra * CHUNK_CHARS_PER_TOKEN), allowed,
+                         imported=imported)
     return [(c.path, c.text) for c in chosen]
 
 

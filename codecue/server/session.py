@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
@@ -19,6 +20,7 @@ from pygls.protocol.language_server import lsp_method
 
 from codecue import __version__ as codecue_version
 from codecue.context.chunks import ChunkPool
+from codecue.context.imports import ImportedFiles, file_uri_path
 from codecue.document import DocumentStore
 from codecue.engine.fim import PromptBudget, prompt_budget
 from codecue.errors import CodeCueError
@@ -138,6 +140,7 @@ class CodeCueServer(LanguageServer):
         self.hooks = ContextHooks(worker.k_policy)
         self.completions = InlineCompletions(self)
         self.chunks = ChunkPool()  # project context: chunks of the documents this editor gave us
+        self.imports = ImportedFiles()  # and of the files they import, within the workspace folders
         self.initialize_seen = False
         self.shutdown_received = False
         self.closing = False
@@ -150,6 +153,17 @@ class CodeCueServer(LanguageServer):
     def prompt_budget(self) -> PromptBudget:
         """The budget this session's requests build prompts with."""
         return prompt_budget(self.completion_config.decoding)
+
+    @property
+    def workspace_roots(self) -> list[Path]:
+        """The local folders the editor opened (``workspaceFolders``, else ``rootUri``): the only places
+        project context is read from disk."""
+        try:
+            workspace = self.workspace
+        except Exception:  # noqa: BLE001 - pygls raises before initialize: no workspace yet
+            return []
+        uris = [folder.uri for folder in workspace.folders.values()] or [workspace.root_uri or ""]
+        return [path for path in map(file_uri_path, uris) if path is not None and path.is_dir()]
 
     @property
     def completion_config(self) -> CompletionConfig:

@@ -255,7 +255,9 @@ async function main() {
   await page.waitForSelector('.monaco-workbench', { timeout: 60_000 });
   log('workbench loaded');
 
-  // Open the file from the Explorer (Quick Open as a fallback).
+  // Open the file from the Explorer (Quick Open as a fallback). Opening it activates the extension, which
+  // spawns the server: the cold start is timed from here to the first ghost text.
+  const openedAt = Date.now();
   const row = page.locator('.explorer-folders-view .monaco-list-row', { hasText: FILE_NAME });
   try {
     await row.first().waitFor({ timeout: 30_000 });
@@ -309,6 +311,9 @@ async function main() {
   while (Date.now() - typedAt < timeoutMs) {
     const text = await readGhostText(page);
     if (text !== shown && squash(text)) log(`ghost text shown (${since()}): ${JSON.stringify(text)}`);
+    if (squash(text) && !shownHistory.length) {
+      log(`cold start: first ghost text ${Date.now() - openedAt} ms after opening the file (CPU class ${env.CODECUE_CPU_CLASS || 'native'})`);
+    }
     if (squash(text)) {
       if (text !== shown) shownHistory.push(text);
       shown = text;
