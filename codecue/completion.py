@@ -400,12 +400,18 @@ class Completer:
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
                      path: str | None = None, cancelled: Callable[[], bool] | None = None,
-                     decoding: DecodingSettings | None = None) -> int:
+                     decoding: DecodingSettings | None = None, within_ms: float | None = None) -> int:
         """:meth:`warm` for the full prompt of this cursor position under ``decoding`` (None: the
-        completer's settings)."""
+        completer's settings). With ``within_ms``, the full prompt only where this machine evaluates what
+        its cache lacks of it within that long; elsewhere the prompt a request there sends first (the
+        window around the cursor, :meth:`build_prompt`), so that the pause after a jump readies the first
+        suggestion instead of a part of a prompt no request uses."""
         budget = prompt_budget(self._settings(decoding))
-        return self.warm(self.build_prompt(prefix, suffix, extra_context, path=path, full=True, budget=budget),
-                         cancelled)
+        prompt = self.build_prompt(prefix, suffix, extra_context, path=path, full=True, budget=budget)
+        if (within_ms is not None and self.prefill_ms_per_token is not None
+                and self.uncached(prompt) * self.prefill_ms_per_token > within_ms):
+            prompt = self.build_prompt(prefix, suffix, extra_context, path=path, budget=budget)
+        return self.warm(prompt, cancelled)
 
     def reset_caches(self) -> None:
         with self.lock:

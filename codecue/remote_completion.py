@@ -218,7 +218,8 @@ class RemoteCompleter:
         return (self.settings.url, None)
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
-                     path: str | None = None, cancelled: Any = None, decoding: Any = None) -> int:
+                     path: str | None = None, cancelled: Any = None, decoding: Any = None,
+                     within_ms: float | None = None) -> int:
         """Nothing to warm here: the server keeps its own prefix cache."""
         return 0
 

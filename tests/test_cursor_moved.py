@@ -266,7 +266,8 @@ class _UntilCancelled:
         while time.monotonic() < deadline and not cancelled():
             time.sleep(0.01)
 
-    def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None, decoding=None):
+    def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None, decoding=None,
+                     within_ms=None):
         self._run(prefix, cancelled)
         return 16
 

@@ -224,7 +224,8 @@ class SlowCompleter:
     def build_prompt(self, prefix, suffix, extra_context=(), *, path=None):
         return [1, 2, 3]
 
-    def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None, decoding=None):
+    def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None, decoding=None,
+                     within_ms=None):
         self.started.append("warm")
         self.running.set()
         deadline = time.monotonic() + 10
@@ -362,6 +363,23 @@ def test_idle_warm_up_brings_back_the_full_prompt_and_typing_stays_cheap(make_co
     completer.prefill_ms_per_token = 6.0
     again = completer.build_prompt(prefix + "d", suffix)
     assert len(again) > 600 and completer.uncached(again) <= 4
+
+
+def test_a_cursor_warm_up_readies_the_first_window_where_the_full_prompt_would_not_be_ready_in_time(make_completer):
+    """After a jump the pause is short: on a machine that cannot evaluate the full prompt within it, the
+    warm-up evaluates the window a request there sends first, so Enter after the pause evaluates only what
+    follows the new line; where the full prompt fits the pause, the full prompt is warmed."""
+    cut = SOURCE.index("def step_30")
+    prefix, suffix = SOURCE[:cut], SOURCE[cut:cut + 600]
+    slow = _fast_first_text(make_completer, prefill_ms=30.0, window_floor=160)  # 160 tokens: 4.8 s
+    warmed = slow.warm_context(prefix, suffix, within_ms=1500)
+    slow.prefill_ms_per_token = 30.0  # the tiny model prefills far faster: keep the slow machine's speed
+    assert warmed <= 160 < len(slow.build_prompt(prefix, suffix, full=True))
+    enter = slow.build_prompt(prefix + "\n    ", suffix)  # Enter at the end of the line, after the pause
+    # the new line and the window's suffix after it (160 // 4 tokens at most), not the window
+    assert len(enter) <= 170 and slow.uncached(enter) <= 40
+    fast = _fast_first_text(make_completer, prefill_ms=1.0, window_floor=160)  # the full prompt in < 1.5 s
+    assert fast.warm_context(prefix, suffix, within_ms=1500) > 600
 
 
 def test_no_limit_before_the_prefill_speed_is_known_and_it_is_learned(make_completer):

@@ -44,6 +44,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How long a person pauses after a jump before typing (about a second or two): a cursor move warms the
+#: place's full prompt where this machine evaluates it within this long, else the window a request there
+#: sends first, so that the first suggestion after the pause is ready (Completer.warm_context).
+CURSOR_PAUSE_MS = 1500.0
+
 
 @dataclass
 class CompletionRequest:
@@ -386,7 +391,8 @@ class InlineCompletions:
         job = GenerationJob(config=server.completion_config, prefix=prefix, suffix=suffix,
                             extra_context=self._context(uri, doc.language_id, prefix, suffix),
                             path=uri_to_path(uri),
-                            background=True, warm_only=True, label=f"warm {uri}:{line}:{character}")
+                            background=True, warm_only=True, warm_within_ms=CURSOR_PAUSE_MS,
+                            label=f"warm {uri}:{line}:{character}")
         if warming is not None:
             warming.cancel()
         self.warming, self.warming_at = job, (uri, prefix, suffix)

@@ -74,6 +74,8 @@ class GenerationJob:
     background: bool = False  # work ahead (warm-up, prefetch): any real job cancels it
     warm_only: bool = False  # only evaluate the prompt into the caches; the result is None
     load_only: bool = False  # only load the models (an editor just connected); the result is None
+    #: a warm-up's time limit for the full prompt (Completer.warm_context): None warms the full prompt
+    warm_within_ms: float | None = None
     max_tokens: int = 64
     temperature: float = 0.0
     #: the cursor's language and context class: the K authority decides the draft depth from them once the
@@ -440,7 +442,8 @@ class ModelWorker:
                 if job.warm_only:
                     _link_cancel(job, completer)
                     job.warmed_tokens = completer.warm_context(prefix, job.suffix, job.extra_context, path=job.path,
-                                                               cancelled=job.poll_cancelled, decoding=decoding)
+                                                               cancelled=job.poll_cancelled, decoding=decoding,
+                                                               within_ms=job.warm_within_ms)
                     job.warm_complete = not job.is_cancelled
                     job.future.set_result(None)
                     continue
