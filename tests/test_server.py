@@ -586,14 +586,15 @@ async def test_initialize_is_answered_at_once_and_the_models_load_before_the_fir
     from codecue.server.transport import dispatch
     from codecue.server.worker import ModelWorker
 
-    release, loaded = threading.Event(), []
+    release, loaded, measured = threading.Event(), [], []
 
     def factory(config):
         release.wait(10)  # a slow load: initialize must be answered before it ends
         loaded.append(config)
-        return SimpleNamespace(names=("target", None), runtime="fake")
+        return SimpleNamespace(names=("target", None), runtime="fake-runtime-never-measured",
+                               measure_costs=lambda should_stop: measured.append(1))
 
-    worker = ModelWorker(factory=factory, idle_unload_s=None, measure_costs=False)
+    worker = ModelWorker(factory=factory, idle_unload_s=None, measure_costs=True)
     server = CodeCueServer(worker)
     writer = _Writer()
     server.protocol.set_writer(writer)
@@ -606,8 +607,9 @@ async def test_initialize_is_answered_at_once_and_the_models_load_before_the_fir
         await until(lambda: worker.loads == 1, what="the load that initialize started")
         assert loaded == [server.completion_config] and worker.holds(server.completion_config)
         worker.preload(server.completion_config)  # loaded already: nothing more to do
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.3)
         assert worker.loads == 1
+        assert not measured  # idle work (measuring costs) waits for the first request, not before it
     finally:
         release.set()
         worker.shutdown(timeout=5, unload=False)

@@ -157,6 +157,7 @@ class ModelWorker:
         self._k_policy_failed = False
         self._k_policy_lock = threading.Lock()
         self._costs_ready = True
+        self._served_since_load = False  # a request (not a load at connect) has run on the loaded models
         self._queue: deque[GenerationJob] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -371,6 +372,7 @@ class ModelWorker:
         with self._cond:
             self._completer, self._loaded = completer, config
             self._costs_ready = False
+            self._served_since_load = False
             self.loads += 1
         return completer
 
@@ -378,8 +380,8 @@ class ModelWorker:
         """Once per loaded pair: this machine's costs for it, from the cache or measured now. Runs only with
         no job waiting, and gives way to the next job between timed passes (then it is tried again later)."""
         completer = self._completer
-        if completer is None or self._costs_ready or self._queue or self._stopping:
-            return
+        if completer is None or self._costs_ready or self._queue or self._stopping or not self._served_since_load:
+            return  # (a load at connect is followed by the editor's first request: measuring would delay it)
         from codecue.tuning.machine_costs import (
             MeasurementAbandoned,
             load_machine_costs,
@@ -434,6 +436,7 @@ class ModelWorker:
                 if job.is_cancelled or job.load_only:  # cancelled while the models loaded, or only to load
                     job.future.set_result(None)
                     continue
+                self._served_since_load = True
                 if not self.reuse_cache:
                     completer.reset_caches()
                 decoding = job.config.decoding
