@@ -216,10 +216,14 @@ def test_the_faster_attention_kernel_is_measured_once_per_model_and_used(check_c
         return 1.0 if flash_attn else 2.0  # measured for real; the verdict made deterministic
 
     monkeypatch.setattr(native_check, "_step_ms", step_ms)
-    assert native_check.faster_attention(model, True) is True and sorted(timed) == [False, True]
-    assert native_check.faster_attention(model, True) is True and len(timed) == 2  # cached
+    shapes: list[str] = []  # the attention shape llama.cpp reads with the weights: the verdict's key
+    llamacpp_module.LlamaCppBackend.load(model, n_ctx=128, flash_attn=lambda shape: shapes.append(shape)).close()
+    [shape] = shapes
+    assert "head_count" in shape and "None" not in shape.split()[0]
+    assert native_check.faster_attention(model, True, shape) is True and sorted(timed) == [False, True]
+    assert native_check.faster_attention(model, True, shape) is True and len(timed) == 2  # cached
     monkeypatch.setattr(native_check, "_step_ms", lambda *a, **k: 2.0 if a[2] else 1.0)
-    assert native_check.faster_attention(model, False) is False  # another layout: measured again
+    assert native_check.faster_attention(model, False, shape) is False  # another layout: measured again
 
     loaded: list[object] = []
     real_load = llamacpp_module.LlamaCppBackend.load
@@ -231,6 +235,7 @@ def test_the_faster_attention_kernel_is_measured_once_per_model_and_used(check_c
     monkeypatch.setattr(llamacpp_module.LlamaCppBackend, "load", staticmethod(load))
     backend = create_backend(ModelSource(kind="gguf", path=model, name="tiny"), "llamacpp", n_ctx=128)
     backend.close()
-    assert loaded == [True]  # the check's layout (repack) and its measured kernel
+    [decide] = loaded  # decided from the shape of the model as loaded: the check's layout (repack), its kernel
+    assert decide(shape) is True
     monkeypatch.setenv("CODECUE_NATIVE_CHECK", "0")
-    assert native_check.faster_attention(model, True) is None
+    assert native_check.faster_attention(model, True, shape) is None
