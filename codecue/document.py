@@ -28,6 +28,14 @@ class PositionError(ValueError):
     """A position that does not exist in the document (past the end, or inside a surrogate pair)."""
 
 
+def file_path(uri: str) -> str | None:
+    """The local path a ``file:`` URI names, as written in it (decoded), else None."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" and parsed.path else None
+
+
 def utf16_length(text: str) -> int:
     """The length of ``text`` in UTF-16 code units (characters above U+FFFF count twice)."""
     return len(text) if text.isascii() else len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)

@@ -101,3 +101,27 @@ def test_the_server_puts_an_imported_files_chunks_in_the_prompt_without_the_file
     again = project_context(ChunkPool(), documents, cart.as_uri(), "python", prefix, suffix, budget,
                             imports, [tmp_path])
     assert "floor" in again[0][1]
+
+
+def test_imports_resolve_again_only_when_they_change_and_a_held_tree_is_read_instead_of_parsing(tmp_path, monkeypatch):
+    from codecue.context import imports as imports_module
+    from codecue.context.languages import get_grammar
+
+    write(tmp_path, {"shop/__init__.py": "", "shop/pricing.py": "RATE = 1\n",
+                     "shop/cart.py": "from .pricing import RATE\n\n\ndef total(x):\n    return x\n"})
+    cart = tmp_path / "shop" / "cart.py"
+    text = cart.read_text()
+    resolved = []
+    real = imports_module.resolve_imports
+    monkeypatch.setattr(imports_module, "resolve_imports", lambda *a: resolved.append(a[0]) or real(*a))
+    files = ImportedFiles()
+    assert [p.name for p, _ in files.files(cart.as_uri(), text, "python", [tmp_path])] == ["pricing.py"]
+    files.files(cart.as_uri(), text + "    # typing in the body\n", "python", [tmp_path])
+    assert len(resolved) == 1  # the imports did not change: nothing resolved (or stat'ed) again
+    files.files(cart.as_uri(), "import os\n" + text, "python", [tmp_path])
+    assert len(resolved) == 2
+    # The session's tree of the document is what is read: here one that holds the import the text lacks.
+    tree = get_grammar("python").parser().parse(text.encode())
+    assert import_references("", "python", tree) == import_references(text, "python")
+    held = ImportedFiles(tree_of=lambda uri: tree)
+    assert [p.name for p, _ in held.files(cart.as_uri(), "", "python", [tmp_path])] == ["pricing.py"]

@@ -57,11 +57,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve_command(in_process: bool) -> list[str]:
-    """``codecue serve --stdio`` as an editor spawns it (the entry point next to this Python, else the module)."""
+def codecue_command() -> list[str]:
+    """``codecue``: the entry point next to this Python, else the module."""
     exe = Path(sys.executable).with_name("codecue")
-    base = [str(exe)] if exe.exists() else [sys.executable, "-m", "codecue.cli"]
-    return [*base, "serve", "--stdio", *(["--in-process"] if in_process else [])]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "codecue.cli"]
+
+
+def serve_command(in_process: bool) -> list[str]:
+    """``codecue serve --stdio`` as an editor spawns it."""
+    return [*codecue_command(), "serve", "--stdio", *(["--in-process"] if in_process else [])]
 
 
 async def cold_start(*, in_process: bool = False, text: str = SAMPLE) -> dict[str, Any]:
@@ -130,4 +134,4 @@ async def cold_start(*, in_process: bool = False, text: str = SAMPLE) -> dict[st
 def _stop_daemon(env: dict[str, str]) -> None:
     import subprocess
 
-    subprocess.run([*serve_command(False)[:-2], "daemon", "stop"], env=env, capture_output=True, timeout=60)
+    subprocess.run([*codecue_command(), "daemon", "stop"], env=env, capture_output=True, timeout=60)

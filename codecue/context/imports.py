@@ -10,23 +10,26 @@ named, let alone read. Module references that are not the project's (``import os
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codecue.context.languages import get_grammar
+from codecue.document import file_path
 from codecue.errors import CodeCueError
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import tree_sitter
 
 MAX_FILES = 16  # imported files kept per file: the context budget holds a few chunks anyway
 MAX_FILE_BYTES = 256 * 1024  # a bigger "source" file is generated or vendored: not what the cursor needs
 JS_EXTENSIONS = (".ts", ".tsx", ".d.ts", ".js", ".jsx", ".mjs", ".cjs")
 
 
-def import_references(text: str, language: str) -> list[tuple[str, str]]:
-    """(capture, text) for every import in ``text``, in file order; [] for a language without imports.scm."""
+def import_references(text: str, language: str, tree: tree_sitter.Tree | None = None) -> list[tuple[str, str]]:
+    """(capture, text) for every import in ``text``, in file order; [] for a language without imports.scm.
+    ``tree``: ``text``'s up-to-date tree where the caller holds one (else it is parsed here)."""
     import tree_sitter
 
     try:
@@ -36,7 +39,7 @@ def import_references(text: str, language: str) -> list[tuple[str, str]]:
         return []
     if query is None:
         return []
-    root = grammar.parser().parse(text.encode("utf-8")).root_node
+    root = (tree or grammar.parser().parse(text.encode("utf-8"))).root_node
     found = []
     for name, nodes in tree_sitter.QueryCursor(query).captures(root).items():
         if not name.startswith("_"):
@@ -47,6 +50,11 @@ def import_references(text: str, language: str) -> list[tuple[str, str]]:
 def imported_files(text: str, language: str, path: Path, roots: Sequence[Path]) -> list[Path]:
     """The files inside ``roots`` that ``text`` (the file at ``path``) imports, first imported first, at
     most :data:`MAX_FILES`; ``path`` itself is never among them."""
+    return resolve_imports(import_references(text, language), language, path, roots)
+
+
+def resolve_imports(refs: Sequence[tuple[str, str]], language: str, path: Path, roots: Sequence[Path]) -> list[Path]:
+    """:func:`imported_files` from the file's :func:`import_references`."""
     roots = [r.resolve() for r in roots]
     path = path.resolve()
     if not roots or not any(path.is_relative_to(r) for r in roots):
@@ -55,7 +63,7 @@ def imported_files(text: str, language: str, path: Path, roots: Sequence[Path]) 
     if resolver is None:
         return []
     chosen: list[Path] = []
-    for candidate in resolver(import_references(text, language), path, roots):
+    for candidate in resolver(refs, path, roots):
         try:
             candidate = candidate.resolve()
             ok = (candidate != path and candidate not in chosen and candidate.is_file()
@@ -200,32 +208,31 @@ def defined_names(text: str) -> frozenset[str]:
     return frozenset(DEFINITION.findall(text))
 
 
-def file_uri_path(uri: str) -> Path | None:
-    """The local path of a ``file:`` URI, else None."""
-    from urllib.parse import unquote, urlparse
-
-    parsed = urlparse(uri)
-    return Path(unquote(parsed.path)) if parsed.scheme == "file" and parsed.path else None
-
-
 class ImportedFiles:
-    """The files each document imports, with their text: resolved again only when the document's text
-    changed, read again only when a file's size or modification time changed. One session's."""
+    """The files each document imports, with their text: resolved again only when the document's imports
+    changed (typing elsewhere in it does not), read again only when a file's size or modification time
+    changed. One session's. ``tree_of(uri)``: the document's up-to-date tree where the session holds one
+    (the cursor context keeps it), so that a request does not parse the whole document again."""
 
     MAX_DOCUMENTS = 64
     MAX_FILES = 256
 
-    def __init__(self) -> None:
-        self._imports: dict[str, tuple[int, list[Path]]] = {}
+    def __init__(self, tree_of: Callable[[str], tree_sitter.Tree | None] = lambda uri: None) -> None:
+        self.tree_of = tree_of
+        self._imports: dict[str, tuple[tuple[object, ...], list[Path]]] = {}
         self._texts: dict[Path, tuple[int, int, str]] = {}
 
     def files(self, uri: str, text: str, language: str, roots: Sequence[Path]) -> list[tuple[Path, str]]:
         """(path, text) of the files inside ``roots`` that the document ``uri`` (``text``) imports."""
-        key = hash((text, tuple(roots)))
+        name = file_path(uri)
+        if name is None:
+            return []
+        path = Path(name)
+        refs = import_references(text, language, self.tree_of(uri))
+        key = (language, tuple(refs), tuple(roots))
         cached = self._imports.get(uri)
         if cached is None or cached[0] != key:
-            path = file_uri_path(uri)
-            paths = imported_files(text, language, path, roots) if path is not None else []
+            paths = resolve_imports(refs, language, path, roots)
             if len(self._imports) >= self.MAX_DOCUMENTS:
                 self._imports.clear()
             cached = self._imports[uri] = (key, paths)

@@ -106,19 +106,23 @@ class Grammar:
                 f"{self.folder / 'settings.toml'}: {self.module}.{self.function}() is not a usable grammar: {exc}"
             ) from exc
 
-    @cached_property
-    def query(self) -> tree_sitter.Query:
+    def _compile(self, path: Path) -> tree_sitter.Query:
+        """A query file of this grammar's folder, compiled for it; GrammarConfigError naming the file."""
         import tree_sitter
 
-        path = self.folder / "contexts.scm"
         try:
             source = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise GrammarConfigError(f"cannot read {path}: {exc}") from exc
         try:
-            query = tree_sitter.Query(self.ts_language, source)
+            return tree_sitter.Query(self.ts_language, source)
         except (tree_sitter.QueryError, SyntaxError, ValueError) as exc:
             raise GrammarConfigError(f"{path} does not compile for {self.grammar_id}: {exc}") from exc
+
+    @cached_property
+    def query(self) -> tree_sitter.Query:
+        path = self.folder / "contexts.scm"
+        query = self._compile(path)
         unknown = {query.capture_name(i) for i in range(query.capture_count)} - CAPTURE_NAMES
         if unknown:
             raise GrammarConfigError(
@@ -130,15 +134,8 @@ class Grammar:
     def imports_query(self) -> tree_sitter.Query | None:
         """``imports.scm``: what a file of this language imports (captures ``module``, ``name``, ``mod``,
         read by :mod:`codecue.context.imports`); None for a grammar folder without one."""
-        import tree_sitter
-
         path = self.folder / "imports.scm"
-        if not path.is_file():
-            return None
-        try:
-            return tree_sitter.Query(self.ts_language, path.read_text(encoding="utf-8"))
-        except (OSError, tree_sitter.QueryError, SyntaxError, ValueError) as exc:
-            raise GrammarConfigError(f"{path} does not compile for {self.grammar_id}: {exc}") from exc
+        return self._compile(path) if path.is_file() else None
 
     def new_parser(self) -> tree_sitter.Parser:
         import tree_sitter

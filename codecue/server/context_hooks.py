@@ -98,6 +98,10 @@ class ContextHooks:
             self._tracked.discard(uri)
             self._call("close", self.trees.close, uri)
 
+    def tree(self, uri: str) -> Any:
+        """The document's up-to-date syntax tree (the one its cursor context reads), None where none is kept."""
+        return self._call("tree", self.trees.tree, uri) if uri in self._tracked else None
+
     # -- completion ----------------------------------------------------------------------------------
     def language(self, language_id: str) -> str:
         """The name stats and K are keyed by: the grammar's language when there is one, else languageId."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from codecue.context.chunks import ChunkPool, query_around
 from codecue.context.imports import ImportedFiles
+from codecue.document import file_path
 from codecue.engine.fim import PromptBudget
 
 if TYPE_CHECKING:
@@ -84,7 +85,5 @@ def project_context(pool: ChunkPool, documents: DocumentStore, uri: str, languag
 
 def uri_to_path(uri: str) -> str:
     """A short, readable name for a document in the prompt (the model sees it after ``<|file_sep|>``)."""
-    from urllib.parse import unquote, urlparse
-
-    parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.scheme == "file" else uri
+    path = file_path(uri)
+    return path if path is not None else uri

@@ -20,8 +20,8 @@ from pygls.protocol.language_server import lsp_method
 
 from codecue import __version__ as codecue_version
 from codecue.context.chunks import ChunkPool
-from codecue.context.imports import ImportedFiles, file_uri_path
-from codecue.document import DocumentStore
+from codecue.context.imports import ImportedFiles
+from codecue.document import DocumentStore, file_path
 from codecue.engine.fim import PromptBudget, prompt_budget
 from codecue.errors import CodeCueError
 from codecue.models.config import CompletionConfig
@@ -140,7 +140,8 @@ class CodeCueServer(LanguageServer):
         self.hooks = ContextHooks(worker.k_policy)
         self.completions = InlineCompletions(self)
         self.chunks = ChunkPool()  # project context: chunks of the documents this editor gave us
-        self.imports = ImportedFiles()  # and of the files they import, within the workspace folders
+        # and of the files they import, within the workspace folders (from the trees the cursor context keeps)
+        self.imports = ImportedFiles(self.hooks.tree)
         self.initialize_seen = False
         self.shutdown_received = False
         self.closing = False
@@ -163,7 +164,8 @@ class CodeCueServer(LanguageServer):
         except Exception:  # noqa: BLE001 - pygls raises before initialize: no workspace yet
             return []
         uris = [folder.uri for folder in workspace.folders.values()] or [workspace.root_uri or ""]
-        return [path for path in map(file_uri_path, uris) if path is not None and path.is_dir()]
+        paths = [Path(name) for name in map(file_path, uris) if name is not None]
+        return [path for path in paths if path.is_dir()]
 
     @property
     def completion_config(self) -> CompletionConfig:
