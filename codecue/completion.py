@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 # measured, 64 took about as long as two target steps).
 DRAFT_CATCH_UP = 64
 
+# Windows of this many earlier limits stay candidates for a place's prompt: the cache holds the last one
+# a request sent, and the one before covers a warm-up that measured the speed again in between.
+HELD_WINDOWS = 2
+
 
 def special_token_ids(tokenizer) -> list[int]:
     """Tokens that end a completion: EOS and every special token (a completion never contains them)."""
@@ -136,6 +140,7 @@ class Completer:
         self.lock = threading.Lock()
         self.names = names
         self.prefill_ms_per_token: float | None = None  # seen on this machine's prompts (build_prompt)
+        self._window_limits: list[int] = []  # the latest limits windows were built for (build_prompt)
 
     def _within_load(self, decoding: DecodingSettings) -> DecodingSettings:
         """``decoding``, checked, within what was loaded: no drafting where the plan chose target-only."""
@@ -189,7 +194,11 @@ class Completer:
         def build(within: PromptBudget) -> list[int]:
             return build_fim_prompt(self.tokenizer, prefix, suffix, within, extra_context, path=path)
 
-        return prompt_within(build, budget, self.target.uncached, None if full else self.fresh_token_limit(budget))
+        limit = None if full else self.fresh_token_limit(budget)
+        prompt = prompt_within(build, budget, self.target.uncached, limit, held=self._window_limits)
+        if limit is not None and limit not in self._window_limits:
+            self._window_limits = [limit, *self._window_limits][:HELD_WINDOWS]
+        return prompt
 
     def uncached(self, prompt: Sequence[int]) -> int:
         """How many tokens of ``prompt`` the target would evaluate (its KV cache holds the rest: the common

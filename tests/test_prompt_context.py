@@ -426,3 +426,22 @@ def test_streamed_text_is_never_taken_back_by_the_final_tidying(text, suffix):
         assert all(final.startswith(part) for part in shown), (reason, final, shown)
         if reason == "max_tokens":
             assert "\n" not in text.strip() or not final.endswith(text.rsplit("\n", 1)[1])  # half line dropped
+
+
+def test_a_window_the_cache_holds_stays_put_when_the_measured_prefill_speed_drifts(make_completer):
+    """The first-text limit follows the measured prefill speed, which moves after every prefill: a keystroke
+    at a place whose window is cached sends that window again (a few new tokens), not a window of the new
+    limit whose start moved (all of it new); where the cache holds nothing of it, the new limit's window."""
+    completer = _fast_first_text(make_completer)
+    cut = SOURCE.index("def step_30")
+    prefix, suffix = SOURCE[:cut], SOURCE[cut:cut + 600]
+    first = completer.build_prompt(prefix, suffix)
+    completer.generate_ids(first, max_tokens=2, k=0)
+    for drifted in (4.0, 8.0):  # limits 150 and 75: each moves the window's start
+        completer.prefill_ms_per_token = drifted
+        typed = completer.build_prompt(prefix + "d", suffix)
+        assert completer.uncached(typed) <= 4 and abs(len(typed) - len(first)) <= 2
+    # Where the cache holds nothing (a new file), the earlier limits do not shrink the window: the limit now.
+    completer.reset_caches()
+    completer.prefill_ms_per_token = 4.0
+    assert 120 < len(completer.build_prompt(prefix, suffix)) <= 150

@@ -90,21 +90,28 @@ def shorter_budgets(budget: PromptBudget, tokens: int) -> list[PromptBudget]:
 
 
 def prompt_within(build: Callable[[PromptBudget], list[int]], budget: PromptBudget,
-                  cached: Sequence[int] | Callable[[list[int]], int], limit: int | None) -> list[int]:
+                  cached: Sequence[int] | Callable[[list[int]], int], limit: int | None,
+                  held: Sequence[int] = ()) -> list[int]:
     """The prompt to send when the cache holds ``cached`` (token ids, whose common prefix with a prompt is
     reused; or a function giving how many tokens of a prompt the cache would evaluate, such as
     :meth:`~codecue.backends.base.CachedSequence.uncached`): the full one (``build(budget)``) when it
-    evaluates at most ``limit`` new tokens (or there is no limit), else the first of
-    :func:`shorter_budgets` that does, else the one with the fewest new tokens."""
+    evaluates at most ``limit`` new tokens (or there is no limit); else, of the :func:`shorter_budgets` for
+    ``limit`` and for each window size in ``held`` (the limits of earlier requests, whose windows the cache
+    may hold), the one that fits ``limit`` and reuses the most of the cache (then the longest): a limit that
+    drifts with the measured prefill speed must not move the window's start, and so re-evaluate it, at
+    every keystroke; else the one with the fewest new tokens."""
     def new_tokens(prompt: list[int]) -> int:
         return cached(prompt) if callable(cached) else uncached_tokens(cached, prompt)
 
     prompt = build(budget)
     if limit is None or new_tokens(prompt) <= limit:
         return prompt
-    candidates = [prompt] + [build(b) for b in shorter_budgets(budget, limit)]
-    fitting = [p for p in candidates if new_tokens(p) <= limit]
-    return fitting[0] if fitting else min(candidates, key=new_tokens)
+    sizes = [limit, *(size for size in dict.fromkeys(held) if size != limit)]
+    candidates = [(p, new_tokens(p)) for p in [prompt] + [build(b) for size in sizes for b in shorter_budgets(budget, size)]]
+    fitting = [(p, new) for p, new in candidates if new <= limit]
+    if not fitting:
+        return min(candidates, key=lambda c: c[1])[0]
+    return max(fitting, key=lambda c: (len(c[0]) - c[1], len(c[0])))[0]
 
 
 def uncached_tokens(cached: Sequence[int], prompt: Sequence[int]) -> int:
