@@ -11,13 +11,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 import torch
 
-from codecue.backends import CachedSequence, choose_backend, create_backend
+from codecue.backends import CachedSequence
 from codecue.backends.base import Backend, GPUOutOfMemory
 from codecue.engine.code_vocab import code_token_ids
 from codecue.engine.fim import PromptBudget, build_fim_prompt, prompt_budget, prompt_within
@@ -33,11 +32,9 @@ from codecue.engine.speculative import GenerationParams, GenerationResult, gener
 from codecue.engine.stops import StopRule, predicate_for
 from codecue.errors import CodeCueError, ModelError
 from codecue.models.config import DRAFT_MODES, MODEL_DRAFT_MODES, CompletionConfig, DecodingSettings
-from codecue.models.resolve import resolve_config
-from codecue.models.tokenizer import load_tokenizer
 from codecue.tuning.machine_costs import MachineCosts
 from codecue.tuning.policy import KPolicy
-from codecue.tuning.serving import LoadSpec, plan_load
+from codecue.tuning.serving import LoadedModels, LoadSpec, load_backends, load_models
 
 log = logging.getLogger(__name__)
 
@@ -61,53 +58,6 @@ def special_token_ids(tokenizer) -> list[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     return sorted(i for i in ids if i is not None)
-
-
-def check_same_tokenizer(target: Any, draft: Any) -> None:
-    """Draft and target must share a tokenizer, or the draft's token ids mean other words. Checked
-    before loading anything (cheap for GGUF: the token list's hash from the header)."""
-    if target.kind != "gguf" or draft.kind != "gguf":
-        return  # HF/EXL2 pairs are checked by vocabulary size once loaded
-    from codecue.models.gguf_reader import read_gguf_vocab
-
-    t, d = read_gguf_vocab(target.path), read_gguf_vocab(draft.path)
-    if t.vocab_size != d.vocab_size or (t.tokens_sha256 and d.tokens_sha256 and t.tokens_sha256 != d.tokens_sha256):
-        raise ModelError(
-            f"draft {draft.path} does not share the tokenizer of target {target.path} "
-            f"({d.vocab_size} vs {t.vocab_size} tokens{', different token lists' if t.vocab_size == d.vocab_size else ''})",
-            "pick a draft from the same model family, or run with --draft-mode ngram",
-        )
-
-
-def load_backends(spec: LoadSpec) -> tuple[Any, Backend, Backend | None]:
-    """The tokenizer, the target and the draft (None without one) that ``spec`` names, loaded."""
-    if spec.draft is not None:
-        check_same_tokenizer(spec.target, spec.draft)
-    runtimes = {choose_backend(spec.target, spec.backend)}
-    if spec.draft is not None:
-        runtimes.add(choose_backend(spec.draft, spec.draft_backend))
-    # With llama.cpp alone, the tokenizer (importing transformers: mostly Python) loads on a thread while
-    # llama.cpp reads the weights (native code that lets go of the GIL): about a second off a cold start.
-    # Other runtimes import transformers themselves, which two threads must not do at once.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-tokenizer") as pool:
-        if runtimes == {"llamacpp"}:
-            tokenizer = pool.submit(load_tokenizer, spec.target)
-        else:
-            tokenizer = Future()
-            tokenizer.set_result(load_tokenizer(spec.target))
-        if runtimes == {"exllamav2"} and spec.draft is not None:
-            # Both on the GPU: plan VRAM for both models and caches first; a draft that does not fit is
-            # dropped (target-only, said once) rather than failing the load.
-            from codecue.backends.exllamav2 import load_pair
-
-            target, draft, _vram = load_pair(spec.target.path, spec.draft.path, spec.n_ctx)
-            return tokenizer.result(), target, draft
-        target = create_backend(spec.target, spec.backend, dtype=spec.dtype, device=spec.device, n_ctx=spec.n_ctx)
-        draft = None
-        if spec.draft is not None:
-            draft = create_backend(spec.draft, spec.draft_backend, dtype=spec.draft_dtype, device=spec.device,
-                                   n_ctx=spec.n_ctx)
-        return tokenizer.result(), target, draft
 
 
 class Completer:
@@ -169,19 +119,20 @@ class Completer:
 
     @classmethod
     def load(cls, config: CompletionConfig | None = None) -> Completer:
-        """Load what ``config`` asks for, each step once: resolve the models, plan what serves them here,
-        load that, build the completer."""
+        """Load what ``config`` asks for (:func:`~codecue.tuning.serving.load_models`) and build the completer."""
         config = config or CompletionConfig()
-        config.decoding.validate()
-        resolved = resolve_config(config)
-        return cls.from_spec(plan_load(resolved), config.decoding)
+        return cls.from_loaded(load_models(config), config.decoding)
 
     @classmethod
     def from_spec(cls, spec: LoadSpec, decoding: DecodingSettings) -> Completer:
         """Load exactly ``spec`` and decode with ``decoding`` by default."""
-        tokenizer, target, draft = load_backends(spec)
-        names = (spec.names[0], spec.names[1] if draft is not None else None)
-        return cls(tokenizer, target, draft, decoding, names=names, target_only=spec.target_only)
+        return cls.from_loaded(load_backends(spec), decoding)
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedModels, decoding: DecodingSettings) -> Completer:
+        """The completer of models loaded already, decoding with ``decoding`` by default."""
+        return cls(loaded.tokenizer, loaded.target, loaded.draft, decoding, names=loaded.names,
+                   target_only=loaded.spec.target_only)
 
     # -- prompts -------------------------------------------------------------------------------------
     def build_prompt(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,

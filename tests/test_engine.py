@@ -299,10 +299,10 @@ def test_restricted_draft_head_keeps_output_exact(make_completer, reference, dra
 
 
 def test_gguf_pair_with_different_token_lists_is_refused_before_loading(tmp_path, monkeypatch):
-    from codecue import completion
     from codecue.models import gguf_reader
     from codecue.models.gguf_reader import GGUFVocab
     from codecue.models.resolve import ModelSource
+    from codecue.tuning import serving
 
     vocabs = {
         "t.gguf": GGUFVocab(tmp_path / "t.gguf", "qwen2", 100, 100, "gpt2", "aaa"),
@@ -312,10 +312,10 @@ def test_gguf_pair_with_different_token_lists_is_refused_before_loading(tmp_path
     }
     monkeypatch.setattr(gguf_reader, "read_gguf_vocab", lambda path: vocabs[path.name])
     src = {name: ModelSource("gguf", tmp_path / name, name) for name in vocabs}
-    completion.check_same_tokenizer(src["t.gguf"], src["same.gguf"])  # same list: fine
+    serving.check_same_tokenizer(src["t.gguf"], src["same.gguf"])  # same list: fine
     for bad in ("other.gguf", "small.gguf"):
         with pytest.raises(ModelError, match=bad):
-            completion.check_same_tokenizer(src["t.gguf"], src[bad])
+            serving.check_same_tokenizer(src["t.gguf"], src[bad])
 
 
 def test_fim_prefix_start_does_not_move_while_typing(tiny_tokenizer):

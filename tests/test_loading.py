@@ -135,3 +135,33 @@ def test_a_configuration_is_frozen_and_a_hello_changes_a_copy():
     assert got.decoding == DecodingSettings(draft_mode="ngram", k=3, min_confidence=0.1, first_text_ms=0)
     assert base == CompletionConfig(ModelChoice(target="mine.gguf"), DecodingSettings(k=3))
     assert got.to_json()["draftMode"] == "ngram" and got.load_key() != base.load_key()
+
+
+LOAD_WITHOUT_TORCH = """
+import ctypes.util, sys
+ctypes.util.find_library = lambda name: None  # a machine without NVIDIA's driver
+from codecue.backends import create_backend, cuda_available
+from codecue.models.config import CompletionConfig, ModelChoice
+from codecue.models.resolve import resolve_config
+from codecue.tuning.serving import plan_load
+spec = plan_load(resolve_config(CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[2]))))
+backend = create_backend(spec.target, spec.backend, n_ctx=256)
+print(type(backend).__name__, cuda_available(), "torch" in sys.modules)
+"""
+
+
+def test_planning_and_loading_gguf_weights_import_no_torch(gguf_pair, isolated_cache):
+    """A cold start imports torch (a second on a 2-core CPU) on a thread beside the weights' load
+    (:func:`codecue.server.worker.load_completer`): nothing on the load's own path may import it first —
+    not asking for CUDA on a machine without NVIDIA's driver, not llama.cpp's backend (checks cached)."""
+    need_llama_cpp()
+    import subprocess
+    import sys
+
+    runs = []
+    for _ in range(2):  # the first start measures this machine's attention kernels once, in llama.cpp
+        done = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_TORCH, *map(str, gguf_pair)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(done.stdout.split())
+    assert runs[1] == ["LlamaCppBackend", "False", "False"]

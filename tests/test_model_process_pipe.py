@@ -187,3 +187,35 @@ def test_warm_ups_and_measurements_in_the_model_process_are_cancelled_through_th
         assert process.count_tokens("x") > 0  # and the process serves on
     finally:
         process.close()
+
+
+def test_a_model_process_started_ahead_waits_for_its_choice_and_the_first_load_takes_it(tiny_dirs):
+    """The daemon starts the first model process before any editor asks (its imports run meanwhile); the
+    first load then happens in that process, completes as a fresh one does, and later loads start their own."""
+    choice = tiny_choice(tiny_dirs)
+    factory = child_process_factory()
+    factory.prestart()
+    started = factory._spare
+    assert started is not None and started.process.is_alive()
+    process = factory(choice)
+    try:
+        assert process.pid == started.process.pid and factory._spare is None
+        reference = load_completer(choice).complete("x = ", "", max_tokens=6, k=0)
+        assert process.complete("x = ", "", max_tokens=6, k=0).tokens == reference.tokens
+        second = factory(choice)
+        assert second.pid != process.pid
+        second.close()
+    finally:
+        process.close()
+    # A load that fails in the started process fails as in a fresh one, with the loader's error.
+    factory.prestart()
+    broken = CompletionConfig(ModelChoice(target=str(tiny_dirs["target"] / "missing"), backend="torch"))
+    with pytest.raises(Exception, match="missing"):
+        factory(broken)
+    # The worker starts one ahead, and stops it when it stops without having loaded anything.
+    worker = ModelWorker(choice, factory, idle_unload_s=None, measure_costs=False)
+    worker.prestart()
+    unused = factory._spare
+    assert unused is not None and unused.process.is_alive()
+    worker.shutdown(timeout=10)
+    assert not unused.process.is_alive() and factory._spare is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes.util
+import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -21,7 +23,12 @@ BACKENDS = ("auto", "torch", "llamacpp", "exllamav2")
 __all__ = ["Backend", "CachedSequence", "common_prefix_length", "create_backend", "cuda_available", "BACKENDS"]
 
 
+@functools.cache
 def cuda_available() -> bool:
+    """Whether torch sees a CUDA GPU. Without NVIDIA's driver library nothing can: then torch (a second
+    to import on a 2-core CPU) is not imported to ask, which a cold start on a CPU would wait for."""
+    if ctypes.util.find_library("cuda") is None:
+        return False
     try:
         import torch
 

@@ -23,13 +23,15 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from codecue.backends.base import BackendBase, Chunk
 from codecue.errors import BackendUnavailable, ModelError
+
+if TYPE_CHECKING:
+    import torch
 
 INSTALL_HINT = "install it with: pip install 'codecue[llamacpp]'"
 
@@ -284,6 +286,8 @@ class LlamaCppBackend(BackendBase):
             if rows is not None:  # rows for this chunk's positions chunk_first_output.. of it
                 row0 = start + chunk_first_output - first_output
                 out[row0 : row0 + rows.shape[0]] = rows
+        import torch  # here: a model process loads the weights while another thread imports torch
+
         return torch.from_numpy(out)
 
     def truncate(self, length: int) -> None:

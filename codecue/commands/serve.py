@@ -87,6 +87,7 @@ def run_in_process_stdio(args: argparse.Namespace) -> int:
     from codecue.server.worker import ModelWorker
 
     worker = ModelWorker(model_config(args), model_factory(args), idle_unload_s=args.idle_timeout)
+    worker.prestart()
     try:
         return asyncio.run(serve_stdio(CodeCueServer(worker)))
     finally:

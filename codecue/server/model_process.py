@@ -20,6 +20,7 @@ import multiprocessing
 import signal
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -87,6 +88,15 @@ def _load_factory(ref: str) -> Callable[[CompletionConfig], Any]:
     return getattr(importlib.import_module(module), name)
 
 
+def _import_quietly(modules: Sequence[str]) -> None:
+    """Import ``modules`` ahead of need; a failure is the loader's to report, when it imports them itself."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001
+            return
+
+
 class _CallNumber(Protocol):
     """The shared ``multiprocessing`` number: the highest call the server has cancelled."""
 
@@ -128,10 +138,23 @@ class _Rounds:
             self._record = None
 
 
-def _child_main(conn: Connection, choice: CompletionConfig, loader: str, cancelled_call: _CallNumber) -> None:
+def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, cancelled_call: _CallNumber,
+                imports: Sequence[str] = ()) -> None:
+    """Load ``choice`` with ``loader`` and serve the calls. A spare child (``choice`` None) waits for its
+    choice (``("load", choice)``) while it imports ``imports``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when the child stops
+    if imports:  # on a thread: the choice, when it comes, starts its load at once (an import it needs waits)
+        threading.Thread(target=_import_quietly, args=(imports,), name="codecue-imports", daemon=True).start()
     try:
-        completer = _load_factory(loader)(choice)
+        factory = _load_factory(loader)
+        if choice is None:
+            message = conn.recv()
+            if message[0] != "load":
+                return
+            choice = message[1]
+        completer = factory(choice)
+    except (EOFError, OSError):
+        return  # the server went away before it chose
     except BaseException as exc:  # noqa: BLE001 - reported to the server, which reports it to the editor
         conn.send(("error", *_portable_error(exc)))
         return
@@ -186,21 +209,52 @@ def _child_main(conn: Connection, choice: CompletionConfig, loader: str, cancell
 # -- the server's side -------------------------------------------------------------------------------
 
 
+@dataclass
+class SpareChild:
+    """A model process started ahead of its models: an editor's first request needs the interpreter and
+    the heavy imports (torch: ~1 s on a 2-core CPU) anyway, and they can run while the editor connects."""
+
+    loader: str
+    process: multiprocessing.process.BaseProcess
+    conn: Connection
+    # Calls are numbered; the child stops a call once this reaches its number. A number, not a flag to
+    # clear between calls: a cancel that arrives late (its call has ended) cannot touch the next.
+    cancelled_call: _CallNumber
+
+    @classmethod
+    def start(cls, loader: str = DEFAULT_LOADER, choice: CompletionConfig | None = None,
+              imports: Sequence[str] = ()) -> SpareChild:
+        """A child for ``loader``: it loads ``choice`` at once, or (None) imports ``imports`` and waits."""
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or locks inherited
+        conn, child_conn = context.Pipe(duplex=True)
+        cancelled_call: _CallNumber = context.Value("Q", 0, lock=False)
+        process = context.Process(target=_child_main, args=(child_conn, choice, loader, cancelled_call, tuple(imports)),
+                                  name="codecue-models", daemon=True)
+        process.start()
+        child_conn.close()
+        return cls(loader, process, conn, cancelled_call)
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5.0)
+        self.conn.close()
+
+
 class CompleterProcess:
     """A completer whose models live in a child process; see the module docstring."""
 
-    def __init__(self, choice: CompletionConfig, loader: str = DEFAULT_LOADER) -> None:
-        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or locks inherited
-        self._conn, child_conn = context.Pipe(duplex=True)
-        # Calls are numbered; the child stops a call once this reaches its number. A number, not a flag
-        # to clear between calls: a cancel that arrives late (its call has ended) cannot touch the next.
-        self._cancelled_call: _CallNumber = context.Value("Q", 0, lock=False)
+    def __init__(self, choice: CompletionConfig, loader: str = DEFAULT_LOADER, spare: SpareChild | None = None) -> None:
+        """Load ``choice`` in a new child, or in ``spare`` (started earlier with the same ``loader``)."""
+        if spare is not None and (spare.loader != loader or not spare.process.is_alive()):
+            spare.close()
+            spare = None
+        child = spare or SpareChild.start(loader, choice=choice)
+        self._process, self._conn, self._cancelled_call = child.process, child.conn, child.cancelled_call
+        if spare is not None:
+            self._conn.send(("load", choice))
         self._cancel_lock = threading.Lock()  # cancels come from the worker and the sessions' threads
         self._calls = 0
-        self._process = context.Process(target=_child_main, args=(child_conn, choice, loader, self._cancelled_call),
-                                        name="codecue-models", daemon=True)
-        self._process.start()
-        child_conn.close()
         self.choice = choice
         reply = self._receive()
         if reply[0] == "error":
@@ -346,11 +400,35 @@ class CompleterProcess:
         self._conn.close()
 
 
-def child_process_factory(loader: str = DEFAULT_LOADER) -> Callable[[CompletionConfig], CompleterProcess]:
+#: what the default loader imports: first what loading needs (llama.cpp's binding), then the engine (torch)
+LOADER_IMPORTS = ("codecue.tuning.serving", "codecue.backends.llamacpp", "codecue.completion")
+
+
+class ChildProcessFactory:
     """A worker factory that loads each model choice in a child process with ``loader``
     (``"module:function"``, called with the choice in the child)."""
 
-    def factory(choice: CompletionConfig) -> CompleterProcess:
-        return CompleterProcess(choice, loader)
+    def __init__(self, loader: str = DEFAULT_LOADER, imports: Sequence[str] = LOADER_IMPORTS) -> None:
+        self.loader = loader
+        self.imports = tuple(imports)
+        self._spare: SpareChild | None = None
 
-    return factory
+    def prestart(self) -> None:
+        """Start the next load's child now; it imports :attr:`imports` while it waits (:class:`SpareChild`)."""
+        if self._spare is None:
+            self._spare = SpareChild.start(self.loader, imports=self.imports)
+
+    def __call__(self, choice: CompletionConfig) -> CompleterProcess:
+        spare, self._spare = self._spare, None
+        return CompleterProcess(choice, self.loader, spare)
+
+    def close(self) -> None:
+        """Stop a started child no load took."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.close()
+
+
+def child_process_factory(loader: str = DEFAULT_LOADER) -> ChildProcessFactory:
+    """See :class:`ChildProcessFactory`."""
+    return ChildProcessFactory(loader)

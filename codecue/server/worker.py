@@ -12,12 +12,13 @@ a job's other decoding settings apply to that job on the models loaded), and unl
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -57,9 +58,15 @@ def load_completer(config: CompletionConfig) -> Completer:
         remote = RemoteCompleter.load(config.models.remote, tokenizer_model=config.models.target,
                                       budget=prompt_budget(config.decoding), local_factory=lambda: load_completer(local))
         return remote  # type: ignore[return-value]
-    from codecue.completion import Completer
+    from codecue.tuning.serving import load_models
 
-    return Completer.load(config)
+    # The engine's imports (torch: about 1 s on a 2-core CPU) run beside the load: llama.cpp reads and
+    # re-lays the weights in native code that lets go of the GIL.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-imports") as pool:
+        engine = pool.submit(importlib.import_module, "codecue.completion")
+        loaded = load_models(config)
+        completer_class = engine.result().Completer
+    return completer_class.from_loaded(loaded, config.decoding)
 
 
 @dataclass(eq=False)
@@ -203,6 +210,13 @@ class ModelWorker:
             self._cond.notify()
         return job.future
 
+    def prestart(self) -> None:
+        """Before any editor asks: start what the first load needs (the factory's model process, when it
+        has one to start), so that it is ready by the time the editor's ``initialize`` arrives."""
+        prestart = getattr(self.factory, "prestart", None)
+        if prestart is not None and self.load_at_connect and self._completer is None:
+            prestart()
+
     def preload(self, config: CompletionConfig) -> None:
         """Load ``config``'s models in the background unless they are loaded: an editor that just connected
         asks for a completion soon, and loading is most of a cold start. A request that comes meanwhile
@@ -312,6 +326,9 @@ class ModelWorker:
         if unload:
             with self._cond:
                 self._unload_locked()
+        close_factory = getattr(self.factory, "close", None)  # a started model process nothing loaded
+        if close_factory is not None:
+            close_factory()
 
     # -- the thread ----------------------------------------------------------------------------------
     def _unload_locked(self) -> None:

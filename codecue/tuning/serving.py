@@ -10,14 +10,21 @@ name again.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from codecue.backends import cuda_available
-from codecue.models.config import ModelChoice
+from codecue.backends import choose_backend, create_backend, cuda_available
+from codecue.errors import ModelError
+from codecue.models.config import CompletionConfig, ModelChoice
 from codecue.models.requantize import AS_IS
-from codecue.models.resolve import ModelSource, ResolvedConfig, derived_source
+from codecue.models.resolve import ModelSource, ResolvedConfig, derived_source, resolve_config
+from codecue.models.tokenizer import load_tokenizer
 from codecue.tuning.plan import Candidate, Plan, make_plan
+
+if TYPE_CHECKING:
+    from codecue.backends.base import Backend
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +95,73 @@ def plan_load(resolved: ResolvedConfig) -> LoadSpec:
         return configured_load(resolved)
     log.info("runtime plan: %s (%s)", plan.chosen.label, plan.reason)
     return candidate_load(resolved, plan.chosen)
+
+
+def check_same_tokenizer(target: Any, draft: Any) -> None:
+    """Draft and target must share a tokenizer, or the draft's token ids mean other words. Checked
+    before loading anything (cheap for GGUF: the token list's hash from the header)."""
+    if target.kind != "gguf" or draft.kind != "gguf":
+        return  # HF/EXL2 pairs are checked by vocabulary size once loaded
+    from codecue.models.gguf_reader import read_gguf_vocab
+
+    t, d = read_gguf_vocab(target.path), read_gguf_vocab(draft.path)
+    if t.vocab_size != d.vocab_size or (t.tokens_sha256 and d.tokens_sha256 and t.tokens_sha256 != d.tokens_sha256):
+        raise ModelError(
+            f"draft {draft.path} does not share the tokenizer of target {target.path} "
+            f"({d.vocab_size} vs {t.vocab_size} tokens{', different token lists' if t.vocab_size == d.vocab_size else ''})",
+            "pick a draft from the same model family, or run with --draft-mode ngram",
+        )
+
+
+@dataclass(frozen=True)
+class LoadedModels:
+    """What :func:`load_backends` loaded for ``spec``: the tokenizer, the target, the draft (None without one)."""
+
+    spec: LoadSpec
+    tokenizer: Any
+    target: Backend
+    draft: Backend | None
+
+    @property
+    def names(self) -> tuple[str, str | None]:
+        """The model files of what was loaded (the spec's draft only where one was loaded)."""
+        target, draft = self.spec.names
+        return target, draft if self.draft is not None else None
+
+
+def load_models(config: CompletionConfig) -> LoadedModels:
+    """Load what ``config`` asks for, each step once: resolve the models, plan what serves them here, load
+    that (:meth:`codecue.completion.Completer.from_loaded` wraps it)."""
+    config.decoding.validate()
+    return load_backends(plan_load(resolve_config(config)))
+
+
+def load_backends(spec: LoadSpec) -> LoadedModels:
+    """The tokenizer, the target and the draft that ``spec`` names, loaded."""
+    if spec.draft is not None:
+        check_same_tokenizer(spec.target, spec.draft)
+    runtimes = {choose_backend(spec.target, spec.backend)}
+    if spec.draft is not None:
+        runtimes.add(choose_backend(spec.draft, spec.draft_backend))
+    # With llama.cpp alone, the tokenizer (importing transformers: mostly Python) loads on a thread while
+    # llama.cpp reads the weights (native code that lets go of the GIL): about a second off a cold start.
+    # Other runtimes import transformers themselves, which two threads must not do at once.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-tokenizer") as pool:
+        if runtimes == {"llamacpp"}:
+            tokenizer = pool.submit(load_tokenizer, spec.target)
+        else:
+            tokenizer = Future()
+            tokenizer.set_result(load_tokenizer(spec.target))
+        if runtimes == {"exllamav2"} and spec.draft is not None:
+            # Both on the GPU: plan VRAM for both models and caches first; a draft that does not fit is
+            # dropped (target-only, said once) rather than failing the load.
+            from codecue.backends.exllamav2 import load_pair
+
+            target, draft, _vram = load_pair(spec.target.path, spec.draft.path, spec.n_ctx)
+            return LoadedModels(spec, tokenizer.result(), target, draft)
+        target = create_backend(spec.target, spec.backend, dtype=spec.dtype, device=spec.device, n_ctx=spec.n_ctx)
+        draft = None
+        if spec.draft is not None:
+            draft = create_backend(spec.draft, spec.draft_backend, dtype=spec.draft_dtype, device=spec.device,
+                                   n_ctx=spec.n_ctx)
+        return LoadedModels(spec, tokenizer.result(), target, draft)
