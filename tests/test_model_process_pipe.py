@@ -219,3 +219,48 @@ def test_a_model_process_started_ahead_waits_for_its_choice_and_the_first_load_t
     assert unused is not None and unused.process.is_alive()
     worker.shutdown(timeout=10)
     assert not unused.process.is_alive() and factory._spare is None
+
+
+ORPHANED_SERVER = """
+import sys
+from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
+from codecue.server.model_process import CompleterProcess
+choice = CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[1], backend="torch", dtype="float32"),
+                          DecodingSettings(draft_mode="hybrid", k=3))
+process = CompleterProcess(choice, "codecue.server.testing:load_throttled_completer")
+print(process.pid, flush=True)
+process.warm_context("def add(a, b):\\n    return a + b\\n" * 60, "")  # 200 ms a 16-token step: ~20 s
+"""
+
+
+def test_a_model_process_whose_server_died_stops_its_work(tiny_dirs, monkeypatch):
+    """An editor that kills its server (SIGKILL: no clean-up runs) must not leave the model process
+    spending a minute of CPU on a warm-up nobody waits for: it stops at its next step."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(FORWARD_DELAY_ENV, "200")
+    server = subprocess.Popen([sys.executable, "-c", ORPHANED_SERVER, str(tiny_dirs["target"])],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(server.stdout.readline())
+        time.sleep(2.0)  # well into the warm-up
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(10)
+
+        def gone() -> bool:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                return True
+            with open(f"/proc/{child}/stat") as stat:  # an exited child not reaped yet is a zombie
+                return stat.read().split(")")[-1].split()[0] == "Z"
+
+        deadline = time.monotonic() + 8.0
+        while not gone() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gone(), "the model process still works for a server that died"
+    finally:
+        server.kill()

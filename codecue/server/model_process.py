@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import logging
 import multiprocessing
+import os
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -143,6 +144,7 @@ def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, 
     """Load ``choice`` with ``loader`` and serve the calls. A spare child (``choice`` None) waits for its
     choice (``("load", choice)``) while it imports ``imports``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when the child stops
+    server_pid = os.getppid()
     if imports:  # on a thread: the choice, when it comes, starts its load at once (an import it needs waits)
         threading.Thread(target=_import_quietly, args=(imports,), name="codecue-imports", daemon=True).start()
     try:
@@ -172,7 +174,9 @@ def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, 
         call = message[1]
 
         def cancelled(call: int = call) -> bool:
-            return cancelled_call.value >= call
+            # A server that died (killed by its editor, say) cancels nothing: an orphan stops by itself
+            # instead of spending a minute of CPU on a warm-up or a measurement nobody waits for.
+            return cancelled_call.value >= call or os.getppid() != server_pid
 
         try:
             if command == "reset":
