@@ -77,7 +77,7 @@ def dequantize_gguf(gguf_path: Path) -> Path:
                              "check free disk space and permissions of the cache directory (CODECUE_CACHE_DIR)")
     if not (hf_dir / "tokenizer.json").is_file():
         # The converter tokenizes its calibration text, so the directory needs the tokenizer too.
-        tokenizer = load_tokenizer(ModelSource("gguf", gguf_path, gguf_path.stem))
+        tokenizer = load_tokenizer(ModelSource("gguf", gguf_path, gguf_path.stem), fast=False)  # saved below
         tmp = hf_dir / f".tokenizer.tmp{os.getpid()}"
         tokenizer.save_pretrained(str(tmp))
         for item in tmp.iterdir():

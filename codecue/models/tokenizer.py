@@ -20,9 +20,10 @@ if TYPE_CHECKING:
     from codecue.models.resolve import ModelSource
 
 
-def load_tokenizer(source: ModelSource) -> Any:
+def load_tokenizer(source: ModelSource, fast: bool = True) -> Any:
     """An HF tokenizer for an HF directory, or one converted once from a GGUF file and cached; from the
-    second load of a GGUF model on, its :class:`FastTokenizer`."""
+    second load of a GGUF model on, its :class:`FastTokenizer` (unless ``fast`` is off: a caller that
+    saves the tokenizer or hands it to transformers needs transformers' own)."""
     if source.kind != "gguf":
         from transformers import AutoTokenizer
 
@@ -30,9 +31,9 @@ def load_tokenizer(source: ModelSource) -> Any:
     stat = source.path.stat()
     key = hashlib.sha256(f"{source.path.resolve()}:{stat.st_size}".encode()).hexdigest()[:16]
     cached = cache_dir() / "tokenizers" / key
-    fast = FastTokenizer.load(cached)
-    if fast is not None:
-        return fast
+    kept = FastTokenizer.load(cached) if fast else None
+    if kept is not None:
+        return kept
     from transformers import AutoTokenizer
 
     saved = cached
