@@ -19,7 +19,7 @@ import torch
 from codecue.backends import CachedSequence
 from codecue.backends.base import Backend, GPUOutOfMemory
 from codecue.engine.code_vocab import code_token_ids
-from codecue.engine.fim import PromptBudget, build_fim_prompt, prompt_budget, prompt_within
+from codecue.engine.fim import PromptBudget, build_fim_prompt, choose_prompt, prompt_budget
 from codecue.engine.proposers import (
     DraftModelProposer,
     HybridProposer,
@@ -42,8 +42,8 @@ log = logging.getLogger(__name__)
 # measured, 64 took about as long as two target steps).
 DRAFT_CATCH_UP = 64
 
-# Windows of this many earlier limits stay candidates for a place's prompt: the cache holds the last one
-# a request sent, and the one before covers a warm-up that measured the speed again in between.
+# The windows last sent, of this many sizes, stay candidates for a place's prompt: the cache holds the
+# last one, and the one before covers a warm-up that sent another in between.
 HELD_WINDOWS = 2
 
 
@@ -90,7 +90,7 @@ class Completer:
         self.lock = threading.Lock()
         self.names = names
         self.prefill_ms_per_token: float | None = None  # seen on this machine's prompts (build_prompt)
-        self._window_limits: list[int] = []  # the latest limits windows were built for (build_prompt)
+        self._windows: list[int] = []  # the sizes of the windows sent last (build_prompt)
 
     def _within_load(self, decoding: DecodingSettings) -> DecodingSettings:
         """``decoding``, checked, within what was loaded: no drafting where the plan chose target-only."""
@@ -139,16 +139,16 @@ class Completer:
                      path: str | None = None, full: bool = False, budget: PromptBudget | None = None) -> list[int]:
         """The FIM prompt for this cursor within ``budget`` (None: the completer's): unless ``full``, within
         :meth:`fresh_token_limit` new tokens where the cache does not hold this place
-        (:func:`~codecue.engine.fim.prompt_within`)."""
+        (:func:`~codecue.engine.fim.choose_prompt`)."""
         budget = budget or self.budget
 
         def build(within: PromptBudget) -> list[int]:
             return build_fim_prompt(self.tokenizer, prefix, suffix, within, extra_context, path=path)
 
         limit = None if full else self.fresh_token_limit(budget)
-        prompt = prompt_within(build, budget, self.target.uncached, limit, held=self._window_limits)
-        if limit is not None and limit not in self._window_limits:
-            self._window_limits = [limit, *self._window_limits][:HELD_WINDOWS]
+        prompt, window = choose_prompt(build, budget, self.target.uncached, limit, held=self._windows)
+        if window is not None:  # most recently sent first
+            self._windows = [window, *(size for size in self._windows if size != window)][:HELD_WINDOWS]
         return prompt
 
     def uncached(self, prompt: Sequence[int]) -> int:

@@ -138,30 +138,30 @@ def test_a_configuration_is_frozen_and_a_hello_changes_a_copy():
 
 
 LOAD_WITHOUT_TORCH = """
-import ctypes.util, sys
-ctypes.util.find_library = lambda name: None  # a machine without NVIDIA's driver
-from codecue.backends import create_backend, cuda_available
+import sys
+import codecue.backends
+codecue.backends._loadable = lambda name: False  # a machine without NVIDIA's driver
 from codecue.models.config import CompletionConfig, ModelChoice
-from codecue.models.resolve import resolve_config
-from codecue.tuning.serving import plan_load
-spec = plan_load(resolve_config(CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[2]))))
-backend = create_backend(spec.target, spec.backend, n_ctx=256)
-print(type(backend).__name__, cuda_available(), "torch" in sys.modules)
+from codecue.tuning.serving import load_models
+loaded = load_models(CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[2])))
+print(type(loaded.target).__name__, type(loaded.tokenizer).__name__, codecue.backends.cuda_available(),
+      "torch" in sys.modules)
 """
 
 
 def test_planning_and_loading_gguf_weights_import_no_torch(gguf_pair, isolated_cache):
     """A cold start imports torch (a second on a 2-core CPU) on a thread beside the weights' load
     (:func:`codecue.server.worker.load_completer`): nothing on the load's own path may import it first —
-    not asking for CUDA on a machine without NVIDIA's driver, not llama.cpp's backend (checks cached)."""
+    not asking for CUDA on a machine without NVIDIA's driver, not llama.cpp's backend, not the tokenizer
+    (checks cached, tokenizer converted)."""
     need_llama_cpp()
     import subprocess
     import sys
 
     runs = []
-    for _ in range(2):  # the first start measures this machine's attention kernels once, in llama.cpp
+    for _ in range(2):  # the first start measures the attention kernels and converts the tokenizer, once
         done = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_TORCH, *map(str, gguf_pair)],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         runs.append(done.stdout.split())
-    assert runs[1] == ["LlamaCppBackend", "False", "False"]
+    assert runs[1] == ["LlamaCppBackend", "FastTokenizer", "False", "False"]

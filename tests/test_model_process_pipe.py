@@ -3,6 +3,7 @@ cancellation through shared memory, and only notices (and the final answer) come
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 from codecue.context import ScopeStop, analyze
 from codecue.engine.stops import StopRule
+from codecue.errors import ModelError
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.server.model_process import CompleterProcess, child_process_factory
 from codecue.server.testing import FORWARD_DELAY_ENV, HANG_FILE_ENV
@@ -210,7 +212,7 @@ def test_a_model_process_started_ahead_waits_for_its_choice_and_the_first_load_t
     # A load that fails in the started process fails as in a fresh one, with the loader's error.
     factory.prestart()
     broken = CompletionConfig(ModelChoice(target=str(tiny_dirs["target"] / "missing"), backend="torch"))
-    with pytest.raises(Exception, match="missing"):
+    with pytest.raises(ModelError, match="missing"):
         factory(broken)
     # The worker starts one ahead, and stops it when it stops without having loaded anything.
     worker = ModelWorker(choice, factory, idle_unload_s=None, measure_costs=False)
@@ -233,13 +235,13 @@ process.warm_context("def add(a, b):\\n    return a + b\\n" * 60, "")  # 200 ms 
 """
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to tell a zombie from a live process")
 def test_a_model_process_whose_server_died_stops_its_work(tiny_dirs, monkeypatch):
     """An editor that kills its server (SIGKILL: no clean-up runs) must not leave the model process
     spending a minute of CPU on a warm-up nobody waits for: it stops at its next step."""
     import os
     import signal
     import subprocess
-    import sys
 
     monkeypatch.setenv(FORWARD_DELAY_ENV, "200")
     server = subprocess.Popen([sys.executable, "-c", ORPHANED_SERVER, str(tiny_dirs["target"])],
@@ -264,3 +266,15 @@ def test_a_model_process_whose_server_died_stops_its_work(tiny_dirs, monkeypatch
         assert gone(), "the model process still works for a server that died"
     finally:
         server.kill()
+
+
+def test_a_load_that_fails_with_an_os_error_reports_it_fresh_or_started_ahead(tiny_dirs):
+    """The error of a failed load reaches the server as it was raised (not "exited with status 0"),
+    whether the model process was started for it or ahead of it."""
+    loader = "codecue.server.testing:load_unreadable_completer"
+    factory = child_process_factory(loader)
+    for prestart in (False, True):
+        if prestart:
+            factory.prestart()
+        with pytest.raises(RuntimeError, match="OSError: cannot read a tokenizer"):  # named, as any non-CodeCue error
+            factory(tiny_choice(tiny_dirs))

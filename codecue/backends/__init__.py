@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes.util
+import ctypes
 import functools
 import logging
 from typing import TYPE_CHECKING
@@ -23,11 +23,23 @@ BACKENDS = ("auto", "torch", "llamacpp", "exllamav2")
 __all__ = ["Backend", "CachedSequence", "common_prefix_length", "create_backend", "cuda_available", "BACKENDS"]
 
 
+#: NVIDIA's driver library as the dynamic loader finds it (LD_LIBRARY_PATH included), per system
+CUDA_DRIVER_LIBRARIES = ("libcuda.so.1", "libcuda.so", "nvcuda.dll")
+
+
+def _loadable(name: str) -> bool:
+    try:
+        ctypes.CDLL(name)
+    except OSError:
+        return False
+    return True
+
+
 @functools.cache
 def cuda_available() -> bool:
     """Whether torch sees a CUDA GPU. Without NVIDIA's driver library nothing can: then torch (a second
     to import on a 2-core CPU) is not imported to ask, which a cold start on a CPU would wait for."""
-    if ctypes.util.find_library("cuda") is None:
+    if not any(_loadable(name) for name in CUDA_DRIVER_LIBRARIES):
         return False
     try:
         import torch

@@ -92,26 +92,36 @@ def shorter_budgets(budget: PromptBudget, tokens: int) -> list[PromptBudget]:
 def prompt_within(build: Callable[[PromptBudget], list[int]], budget: PromptBudget,
                   cached: Sequence[int] | Callable[[list[int]], int], limit: int | None,
                   held: Sequence[int] = ()) -> list[int]:
+    """:func:`choose_prompt`'s prompt."""
+    return choose_prompt(build, budget, cached, limit, held)[0]
+
+
+def choose_prompt(build: Callable[[PromptBudget], list[int]], budget: PromptBudget,
+                  cached: Sequence[int] | Callable[[list[int]], int], limit: int | None,
+                  held: Sequence[int] = ()) -> tuple[list[int], int | None]:
     """The prompt to send when the cache holds ``cached`` (token ids, whose common prefix with a prompt is
     reused; or a function giving how many tokens of a prompt the cache would evaluate, such as
-    :meth:`~codecue.backends.base.CachedSequence.uncached`): the full one (``build(budget)``) when it
-    evaluates at most ``limit`` new tokens (or there is no limit); else, of the :func:`shorter_budgets` for
-    ``limit`` and for each window size in ``held`` (the limits of earlier requests, whose windows the cache
-    may hold), the one that fits ``limit`` and reuses the most of the cache (then the longest): a limit that
-    drifts with the measured prefill speed must not move the window's start, and so re-evaluate it, at
-    every keystroke; else the one with the fewest new tokens."""
+    :meth:`~codecue.backends.base.CachedSequence.uncached`), and the window size it was built for (None:
+    the full prompt). The full one (``build(budget)``) when it evaluates at most ``limit`` new tokens (or
+    there is no limit); else, of the :func:`shorter_budgets` for ``limit`` and for each size in ``held``
+    (windows sent before, which the cache may hold), the one that fits ``limit`` and reuses the most of the
+    cache (then the longest): a limit that drifts with the measured prefill speed must not move the
+    window's start, and so re-evaluate it, at every keystroke; else the one with the fewest new tokens."""
     def new_tokens(prompt: list[int]) -> int:
         return cached(prompt) if callable(cached) else uncached_tokens(cached, prompt)
 
     prompt = build(budget)
     if limit is None or new_tokens(prompt) <= limit:
-        return prompt
-    sizes = [limit, *(size for size in dict.fromkeys(held) if size != limit)]
-    candidates = [(p, new_tokens(p)) for p in [prompt] + [build(b) for size in sizes for b in shorter_budgets(budget, size)]]
-    fitting = [(p, new) for p, new in candidates if new <= limit]
+        return prompt, None
+    candidates = [(prompt, None, new_tokens(prompt))]
+    for size in dict.fromkeys([limit, *held]):
+        candidates += [(p, size, new_tokens(p)) for p in map(build, shorter_budgets(budget, size))]
+    fitting = [c for c in candidates if c[2] <= limit]
     if not fitting:
-        return min(candidates, key=lambda c: c[1])[0]
-    return max(fitting, key=lambda c: (len(c[0]) - c[1], len(c[0])))[0]
+        best = min(candidates, key=lambda c: c[2])
+    else:
+        best = max(fitting, key=lambda c: (len(c[0]) - c[2], len(c[0])))
+    return best[0], best[1]
 
 
 def uncached_tokens(cached: Sequence[int], prompt: Sequence[int]) -> int:

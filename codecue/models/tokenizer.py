@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ from codecue.paths import atomic_write_text, cache_dir
 
 if TYPE_CHECKING:
     from codecue.models.resolve import ModelSource
+
+log = logging.getLogger(__name__)
 
 
 def load_tokenizer(source: ModelSource, fast: bool = True) -> Any:
@@ -89,8 +92,9 @@ class FastTokenizer:
             fast = cls(Tokenizer.from_str(record["backend"]), record["eos_token_id"], record["unk_token_id"],
                        record["all_special_ids"])
         except FileNotFoundError:
-            return None
-        except Exception:  # noqa: BLE001 - a damaged record: transformers reads the tokenizer instead
+            return None  # not converted yet
+        except Exception as exc:  # noqa: BLE001 - a damaged record: transformers reads the tokenizer instead
+            log.info("the kept tokenizer in %s is unreadable (%s): reading it with transformers", folder, exc)
             return None
         return fast if len(fast) == record["length"] else None
 

@@ -147,16 +147,16 @@ def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, 
     server_pid = os.getppid()
     if imports:  # on a thread: the choice, when it comes, starts its load at once (an import it needs waits)
         threading.Thread(target=_import_quietly, args=(imports,), name="codecue-imports", daemon=True).start()
-    try:
-        factory = _load_factory(loader)
-        if choice is None:
+    if choice is None:
+        try:
             message = conn.recv()
-            if message[0] != "load":
-                return
-            choice = message[1]
-        completer = factory(choice)
-    except (EOFError, OSError):
-        return  # the server went away before it chose
+        except (EOFError, OSError):
+            return  # the server went away before it chose
+        if message[0] != "load":
+            return
+        choice = message[1]
+    try:
+        completer = _load_factory(loader)(choice)
     except BaseException as exc:  # noqa: BLE001 - reported to the server, which reports it to the editor
         conn.send(("error", *_portable_error(exc)))
         return
@@ -253,10 +253,14 @@ class CompleterProcess:
         if spare is not None and (spare.loader != loader or not spare.process.is_alive()):
             spare.close()
             spare = None
+        if spare is not None:
+            try:
+                spare.conn.send(("load", choice))
+            except OSError:  # it died since: a new child loads instead
+                spare.close()
+                spare = None
         child = spare or SpareChild.start(loader, choice=choice)
         self._process, self._conn, self._cancelled_call = child.process, child.conn, child.cancelled_call
-        if spare is not None:
-            self._conn.send(("load", choice))
         self._cancel_lock = threading.Lock()  # cancels come from the worker and the sessions' threads
         self._calls = 0
         self.choice = choice
@@ -416,19 +420,25 @@ class ChildProcessFactory:
         self.loader = loader
         self.imports = tuple(imports)
         self._spare: SpareChild | None = None
+        self._lock = threading.Lock()  # the worker's thread takes the spare; shutdown may close it meanwhile
 
     def prestart(self) -> None:
         """Start the next load's child now; it imports :attr:`imports` while it waits (:class:`SpareChild`)."""
-        if self._spare is None:
-            self._spare = SpareChild.start(self.loader, imports=self.imports)
+        with self._lock:
+            if self._spare is None:
+                self._spare = SpareChild.start(self.loader, imports=self.imports)
+
+    def _take_spare(self) -> SpareChild | None:
+        with self._lock:
+            spare, self._spare = self._spare, None
+        return spare
 
     def __call__(self, choice: CompletionConfig) -> CompleterProcess:
-        spare, self._spare = self._spare, None
-        return CompleterProcess(choice, self.loader, spare)
+        return CompleterProcess(choice, self.loader, self._take_spare())
 
     def close(self) -> None:
         """Stop a started child no load took."""
-        spare, self._spare = self._spare, None
+        spare = self._take_spare()
         if spare is not None:
             spare.close()
 

@@ -99,6 +99,11 @@ class SegfaultingBackend(ThrottledBackend):
         return super().forward(token_ids, *args, **kwargs)
 
 
+def load_unreadable_completer(config: CompletionConfig):
+    """A load that fails as an unreadable model folder does in transformers: with an ``OSError``."""
+    raise OSError(f"cannot read a tokenizer for {config.models.target}")
+
+
 def load_segfaulting_completer(config: CompletionConfig):
     """A completer whose target segfaults on prompts containing ``$CODECUE_TEST_SEGFAULT_MARKER``."""
     completer = load_completer(config)

@@ -58,13 +58,18 @@ def load_completer(config: CompletionConfig) -> Completer:
         remote = RemoteCompleter.load(config.models.remote, tokenizer_model=config.models.target,
                                       budget=prompt_budget(config.decoding), local_factory=lambda: load_completer(local))
         return remote  # type: ignore[return-value]
-    from codecue.tuning.serving import load_models
+    from codecue.tuning.serving import load_backends, plan_config, runtimes
 
-    # The engine's imports (torch: about 1 s on a 2-core CPU) run beside the load: llama.cpp reads and
-    # re-lays the weights in native code that lets go of the GIL.
+    spec = plan_config(config)
+    if runtimes(spec) != {"llamacpp"}:  # torch and exllamav2 import torch and transformers themselves
+        from codecue.completion import Completer
+
+        return Completer.from_loaded(load_backends(spec), config.decoding)
+    # With llama.cpp alone, the engine's imports (torch: about 1 s on a 2-core CPU) run beside the load:
+    # llama.cpp reads and re-lays the weights in native code that lets go of the GIL.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-imports") as pool:
         engine = pool.submit(importlib.import_module, "codecue.completion")
-        loaded = load_models(config)
+        loaded = load_backends(spec)
         completer_class = engine.result().Completer
     return completer_class.from_loaded(loaded, config.decoding)
 

@@ -129,30 +129,41 @@ class LoadedModels:
         return target, draft if self.draft is not None else None
 
 
+def plan_config(config: CompletionConfig) -> LoadSpec:
+    """What serves ``config`` here: its models resolved once and planned (:func:`plan_load`)."""
+    config.decoding.validate()
+    return plan_load(resolve_config(config))
+
+
 def load_models(config: CompletionConfig) -> LoadedModels:
     """Load what ``config`` asks for, each step once: resolve the models, plan what serves them here, load
     that (:meth:`codecue.completion.Completer.from_loaded` wraps it)."""
-    config.decoding.validate()
-    return load_backends(plan_load(resolve_config(config)))
+    return load_backends(plan_config(config))
+
+
+def runtimes(spec: LoadSpec) -> set[str]:
+    """The runtimes that load ``spec``'s models (``auto`` decided)."""
+    chosen = {choose_backend(spec.target, spec.backend)}
+    if spec.draft is not None:
+        chosen.add(choose_backend(spec.draft, spec.draft_backend))
+    return chosen
 
 
 def load_backends(spec: LoadSpec) -> LoadedModels:
     """The tokenizer, the target and the draft that ``spec`` names, loaded."""
     if spec.draft is not None:
         check_same_tokenizer(spec.target, spec.draft)
-    runtimes = {choose_backend(spec.target, spec.backend)}
-    if spec.draft is not None:
-        runtimes.add(choose_backend(spec.draft, spec.draft_backend))
+    used = runtimes(spec)
     # With llama.cpp alone, the tokenizer (importing transformers: mostly Python) loads on a thread while
     # llama.cpp reads the weights (native code that lets go of the GIL): about a second off a cold start.
     # Other runtimes import transformers themselves, which two threads must not do at once.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-tokenizer") as pool:
-        if runtimes == {"llamacpp"}:
+        if used == {"llamacpp"}:
             tokenizer = pool.submit(load_tokenizer, spec.target)
         else:
             tokenizer = Future()
             tokenizer.set_result(load_tokenizer(spec.target))
-        if runtimes == {"exllamav2"} and spec.draft is not None:
+        if used == {"exllamav2"} and spec.draft is not None:
             # Both on the GPU: plan VRAM for both models and caches first; a draft that does not fit is
             # dropped (target-only, said once) rather than failing the load.
             from codecue.backends.exllamav2 import load_pair

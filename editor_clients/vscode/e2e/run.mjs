@@ -320,7 +320,8 @@ async function main() {
     if (text !== shown && squash(text)) log(`ghost text shown (${since()}): ${JSON.stringify(text)}`);
     if (squash(text) && !shownHistory.length) {
       const spawnedAt = fs.existsSync(spawnedAtFile) ? Number(fs.readFileSync(spawnedAtFile, 'utf8')) : NaN;
-      log(`cold start: first ghost text ${Date.now() - spawnedAt} ms after the editor spawned the server, ` +
+      const fromSpawn = Number.isFinite(spawnedAt) ? `${Date.now() - spawnedAt} ms` : 'unknown (no GNU date)';
+      log(`cold start: first ghost text ${fromSpawn} after the editor spawned the server, ` +
         `${Date.now() - openedAt} ms after opening the file (CPU class ${env.CODECUE_CPU_CLASS || 'native'})`);
     }
     if (squash(text)) {
