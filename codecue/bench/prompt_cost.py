@@ -24,7 +24,7 @@ from typing import Any
 from codecue.backends.base import common_prefix_length
 from codecue.bench.replay import choose_stretch, enter_lines
 from codecue.bench.report import format_prompt_costs, report_meta, report_path, write_report
-from codecue.engine.fim import LAYOUTS, PromptBudget, build_fim_prompt, prompt_within
+from codecue.engine.fim import LAYOUTS, PromptBudget, build_fim_prompt, choose_prompt
 from codecue.models.resolve import resolve_model
 from codecue.models.tokenizer import load_tokenizer
 from codecue.server.prompt import stable_prefix
@@ -69,7 +69,7 @@ def _prompt(tokenizer, budget: PromptBudget, prefix: str, suffix: str, cache: Si
             limit: int | None) -> list[int]:
     """What the server sends: the anchored prefix, and at most ``limit`` new tokens (None: the full prompt)."""
     anchored = stable_prefix(prefix, budget)
-    return prompt_within(lambda b: build_fim_prompt(tokenizer, anchored, suffix, b), budget, cache.tokens, limit)
+    return choose_prompt(lambda b: build_fim_prompt(tokenizer, anchored, suffix, b), budget, cache.tokens, limit)[0]
 
 
 def typing_costs(tokenizer, text: str, budget: PromptBudget, keystrokes: int = 40,

@@ -89,13 +89,6 @@ def shorter_budgets(budget: PromptBudget, tokens: int) -> list[PromptBudget]:
     return [window, replace(window, total=tokens, extra=0)]
 
 
-def prompt_within(build: Callable[[PromptBudget], list[int]], budget: PromptBudget,
-                  cached: Sequence[int] | Callable[[list[int]], int], limit: int | None,
-                  held: Sequence[int] = ()) -> list[int]:
-    """:func:`choose_prompt`'s prompt."""
-    return choose_prompt(build, budget, cached, limit, held)[0]
-
-
 def choose_prompt(build: Callable[[PromptBudget], list[int]], budget: PromptBudget,
                   cached: Sequence[int] | Callable[[list[int]], int], limit: int | None,
                   held: Sequence[int] = ()) -> tuple[list[int], int | None]:
@@ -111,9 +104,12 @@ def choose_prompt(build: Callable[[PromptBudget], list[int]], budget: PromptBudg
         return cached(prompt) if callable(cached) else uncached_tokens(cached, prompt)
 
     prompt = build(budget)
-    if limit is None or new_tokens(prompt) <= limit:
+    if limit is None:
         return prompt, None
-    candidates = [(prompt, None, new_tokens(prompt))]
+    full = (prompt, None, new_tokens(prompt))
+    if full[2] <= limit:
+        return prompt, None
+    candidates = [full]
     for size in dict.fromkeys([limit, *held]):
         candidates += [(p, size, new_tokens(p)) for p in map(build, shorter_budgets(budget, size))]
     fitting = [c for c in candidates if c[2] <= limit]

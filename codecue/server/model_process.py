@@ -214,9 +214,10 @@ def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, 
 
 
 @dataclass
-class SpareChild:
-    """A model process started ahead of its models: an editor's first request needs the interpreter and
-    the heavy imports (torch: ~1 s on a 2-core CPU) anyway, and they can run while the editor connects."""
+class ModelChild:
+    """A started model process: its process, its pipe and its cancel number. Started with no choice, it
+    is a spare: an editor's first request needs the interpreter and the heavy imports (torch: ~1 s on a
+    2-core CPU) anyway, and they can run while the editor connects."""
 
     loader: str
     process: multiprocessing.process.BaseProcess
@@ -227,7 +228,7 @@ class SpareChild:
 
     @classmethod
     def start(cls, loader: str = DEFAULT_LOADER, choice: CompletionConfig | None = None,
-              imports: Sequence[str] = ()) -> SpareChild:
+              imports: Sequence[str] = ()) -> ModelChild:
         """A child for ``loader``: it loads ``choice`` at once, or (None) imports ``imports`` and waits."""
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or locks inherited
         conn, child_conn = context.Pipe(duplex=True)
@@ -248,7 +249,7 @@ class SpareChild:
 class CompleterProcess:
     """A completer whose models live in a child process; see the module docstring."""
 
-    def __init__(self, choice: CompletionConfig, loader: str = DEFAULT_LOADER, spare: SpareChild | None = None) -> None:
+    def __init__(self, choice: CompletionConfig, loader: str = DEFAULT_LOADER, spare: ModelChild | None = None) -> None:
         """Load ``choice`` in a new child, or in ``spare`` (started earlier with the same ``loader``)."""
         if spare is not None and (spare.loader != loader or not spare.process.is_alive()):
             spare.close()
@@ -259,7 +260,7 @@ class CompleterProcess:
             except OSError:  # it died since: a new child loads instead
                 spare.close()
                 spare = None
-        child = spare or SpareChild.start(loader, choice=choice)
+        child = spare or ModelChild.start(loader, choice=choice)
         self._process, self._conn, self._cancelled_call = child.process, child.conn, child.cancelled_call
         self._cancel_lock = threading.Lock()  # cancels come from the worker and the sessions' threads
         self._calls = 0
@@ -419,16 +420,16 @@ class ChildProcessFactory:
     def __init__(self, loader: str = DEFAULT_LOADER, imports: Sequence[str] = LOADER_IMPORTS) -> None:
         self.loader = loader
         self.imports = tuple(imports)
-        self._spare: SpareChild | None = None
+        self._spare: ModelChild | None = None
         self._lock = threading.Lock()  # the worker's thread takes the spare; shutdown may close it meanwhile
 
     def prestart(self) -> None:
-        """Start the next load's child now; it imports :attr:`imports` while it waits (:class:`SpareChild`)."""
+        """Start the next load's child now; it imports :attr:`imports` while it waits (:class:`ModelChild`)."""
         with self._lock:
             if self._spare is None:
-                self._spare = SpareChild.start(self.loader, imports=self.imports)
+                self._spare = ModelChild.start(self.loader, imports=self.imports)
 
-    def _take_spare(self) -> SpareChild | None:
+    def _take_spare(self) -> ModelChild | None:
         with self._lock:
             spare, self._spare = self._spare, None
         return spare

@@ -64,7 +64,7 @@ def load_completer(config: CompletionConfig) -> Completer:
     if runtimes(spec) != {"llamacpp"}:  # torch and exllamav2 import torch and transformers themselves
         from codecue.completion import Completer
 
-        return Completer.from_loaded(load_backends(spec), config.decoding)
+        return Completer.from_spec(spec, config.decoding)
     # With llama.cpp alone, the engine's imports (torch: about 1 s on a 2-core CPU) run beside the load:
     # llama.cpp reads and re-lays the weights in native code that lets go of the GIL.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-imports") as pool:
