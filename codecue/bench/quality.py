@@ -58,6 +58,7 @@ from codecue.engine.fim import (
     FIM_PREFIX,
     FIM_SUFFIX,
     REPO_NAME,
+    WINDOW_FLOOR,
     PromptBudget,
     build_fim_text,
     shorter_budgets,
@@ -71,11 +72,14 @@ from codecue.server.prompt import project_context, uri_to_path
 
 PROJECTS_DIR = CORPUS_DIR / "projects"
 CONTEXTS = ("none", "heads", "chunks", "imports")
-# The prompt budget every variant gets (tokens): small enough for a CPU run of a few hundred prompts.
-QUALITY_BUDGET = dict(total=512, suffix=48, extra=192, anchor_lines=32)
-# Prompt tokens beyond the context that the server evaluates at a new place on a 2-core CPU (400 ms at
-# ~6 ms per token); `--first-tokens` sets another.
-FIRST_TOKENS = 64
+# The prompt budget every variant gets (tokens): the server's own, so that "the full prompt" is what an
+# editor gets once its cache holds the place, and a window is compared with that.
+_SERVER_BUDGET = PromptBudget()
+QUALITY_BUDGET = dict(total=_SERVER_BUDGET.total, suffix=_SERVER_BUDGET.suffix, extra=_SERVER_BUDGET.extra,
+                      anchor_lines=_SERVER_BUDGET.anchor_lines)
+# Prompt tokens beyond the context that the server evaluates at a new place where its first-text time
+# allows less than the floor (a 2-core CPU); `--first-tokens` sets another.
+FIRST_TOKENS = WINDOW_FLOOR
 CHARS_PER_TOKEN = 3.2  # code: how many characters of chunks to pick per budget token (the builder cuts exactly)
 
 DEFINITION = {
@@ -352,7 +356,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "words of its line typed)")
     parser.add_argument("--first-tokens", type=int, default=FIRST_TOKENS,
                         help="new prompt tokens allowed at a place the cache does not hold (the server derives it "
-                             "from its measured prefill speed; 64 ~ 400 ms on 2 cores)")
+                             "from its measured prefill speed, never below the window floor: the default)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--json", dest="json_out", type=Path,
                         help="write the summary and every record here (after every point)")
