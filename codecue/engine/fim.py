@@ -38,8 +38,9 @@ DEFAULT_LAYOUT = "psm-mid"
 
 
 #: the smallest window whose first suggestion keeps within 5 points of the full prompt's exact match on the
-#: held-out projects, the full prompt being the default budget's (docs/measurements.md, the window sweep:
-#: 128 tokens fell 10 points short of it, 192 kept within 4)
+#: held-out projects, the full prompt being the default budget's (docs/bench/quality-native.json: 128 tokens
+#: fell 10 points short, 192 kept within 4; on the AVX2 class 192 is 5.7 under, and 256, within 5 there,
+#: made Enter after a jump wait 1.4 s for first text: docs/how-it-works.md, the short first prompt)
 WINDOW_FLOOR = 192
 
 
