@@ -278,3 +278,28 @@ def test_a_load_that_fails_with_an_os_error_reports_it_fresh_or_started_ahead(ti
             factory.prestart()
         with pytest.raises(RuntimeError, match="OSError: cannot read a tokenizer"):  # named, as any non-CodeCue error
             factory(tiny_choice(tiny_dirs))
+
+
+STARTED_BEFORE_THE_SERVER = """
+import argparse, sys
+from codecue.commands.serve import started_model_factory
+factory = started_model_factory(argparse.Namespace(inline_models=False))
+spare = factory._spare
+alive = spare is not None and spare.process.is_alive()
+server_modules = sorted(m for m in ("pygls", "codecue.server.session", "codecue.server.worker", "torch")
+                        if m in sys.modules)
+factory.close()
+print(alive, spare is not None and not spare.process.is_alive(), server_modules)
+"""
+
+
+def test_the_first_model_process_starts_before_the_server_imports_anything_heavy():
+    """``codecue daemon start --foreground`` and ``serve --in-process`` start their first model process before
+    importing the server (pygls, the worker: half a second on 2 cores), so its interpreter and the engine's
+    imports overlap them; a fresh interpreter, so that what is imported is what the command imports."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", STARTED_BEFORE_THE_SERVER], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().split(maxsplit=2) == ["True", "True", "[]"]

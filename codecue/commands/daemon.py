@@ -11,7 +11,12 @@ import argparse
 import json
 import sys
 
-from codecue.commands.serve import add_server_model_arguments, daemon_flags, model_config, model_factory
+from codecue.commands.serve import (
+    add_server_model_arguments,
+    daemon_flags,
+    model_config,
+    started_model_factory,
+)
 
 NOT_RUNNING = 3  # as `systemctl status` says for a stopped unit
 
@@ -36,10 +41,11 @@ def run(args: argparse.Namespace) -> int:
         if args.foreground:
             import logging
 
+            factory = started_model_factory(args)  # a relay started this daemon: an editor's initialize follows
             from codecue.server.daemon import run_daemon
 
             logging.getLogger("codecue").setLevel(min(logging.getLogger().level, logging.INFO))
-            return run_daemon(model_config(args), args.idle_timeout, model_factory(args))
+            return run_daemon(model_config(args), args.idle_timeout, factory)
         started = daemon_client.ensure_running(flags)
         info = daemon_client.control("status") or {}
         what = "started" if started else "already running"

@@ -33,10 +33,24 @@ def add_server_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def model_factory(args: argparse.Namespace):  # -> CompleterFactory
-    from codecue.server.model_process import child_process_factory
-    from codecue.server.worker import load_completer
+    if getattr(args, "inline_models", False):
+        from codecue.server.worker import load_completer
 
-    return load_completer if getattr(args, "inline_models", False) else child_process_factory()
+        return load_completer
+    from codecue.server.model_process import child_process_factory
+
+    return child_process_factory()
+
+
+def started_model_factory(args: argparse.Namespace):  # -> CompleterFactory
+    """:func:`model_factory`, its first model process started at once: before the server's own imports
+    (pygls and the rest: about half a second on 2 cores), which it overlaps, since its interpreter and the
+    engine's imports are the longest part of a cold start. Call it first thing."""
+    factory = model_factory(args)
+    prestart = getattr(factory, "prestart", None)
+    if prestart is not None:
+        prestart()
+    return factory
 
 
 def daemon_flags(args: argparse.Namespace) -> list[str]:
@@ -82,12 +96,12 @@ def run(args: argparse.Namespace) -> int:
 def run_in_process_stdio(args: argparse.Namespace) -> int:
     import asyncio
 
+    factory = started_model_factory(args)
     from codecue.server.session import CodeCueServer
     from codecue.server.transport import serve_stdio
     from codecue.server.worker import ModelWorker
 
-    worker = ModelWorker(model_config(args), model_factory(args), idle_unload_s=args.idle_timeout)
-    worker.prestart()
+    worker = ModelWorker(model_config(args), factory, idle_unload_s=args.idle_timeout)
     try:
         return asyncio.run(serve_stdio(CodeCueServer(worker)))
     finally:
