@@ -214,9 +214,10 @@ def test_a_model_process_started_ahead_waits_for_its_choice_and_the_first_load_t
     broken = CompletionConfig(ModelChoice(target=str(tiny_dirs["target"] / "missing"), backend="torch"))
     with pytest.raises(ModelError, match="missing"):
         factory(broken)
-    # The worker starts one ahead, and stops it when it stops without having loaded anything.
+    # One started ahead (as the daemon's command does) is stopped when the worker stops without having
+    # loaded anything.
+    factory.prestart()
     worker = ModelWorker(choice, factory, idle_unload_s=None, measure_costs=False)
-    worker.prestart()
     unused = factory._spare
     assert unused is not None and unused.process.is_alive()
     worker.shutdown(timeout=10)

@@ -109,7 +109,6 @@ class Daemon:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._stop.set)
         log.info("listening on %s (pid %d)", path, os.getpid())
-        self.worker.prestart()  # a relay started this daemon: an editor's initialize follows
         try:
             async with server:
                 await self._stop.wait()

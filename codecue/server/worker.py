@@ -215,13 +215,6 @@ class ModelWorker:
             self._cond.notify()
         return job.future
 
-    def prestart(self) -> None:
-        """Before any editor asks: start what the first load needs (the factory's model process, when it
-        has one to start), so that it is ready by the time the editor's ``initialize`` arrives."""
-        prestart = getattr(self.factory, "prestart", None)
-        if prestart is not None and self.load_at_connect and self._completer is None:
-            prestart()
-
     def preload(self, config: CompletionConfig) -> None:
         """Load ``config``'s models in the background unless they are loaded: an editor that just connected
         asks for a completion soon, and loading is most of a cold start. A request that comes meanwhile
