@@ -26,9 +26,10 @@ from codecue.engine.proposers import (
     NgramProposer,
     Proposer,
 )
+from codecue.engine.results import GenerationResult
 from codecue.engine.rounds import RoundRecord
 from codecue.engine.sampling import Sampling
-from codecue.engine.speculative import GenerationParams, GenerationResult, generate
+from codecue.engine.speculative import GenerationParams, generate
 from codecue.engine.stops import StopRule, predicate_for
 from codecue.errors import CodeCueError, ModelError
 from codecue.models.config import DRAFT_MODES, MODEL_DRAFT_MODES, CompletionConfig, DecodingSettings

@@ -33,7 +33,7 @@ from codecue.engine.fim import (
     build_fim_text,
     prompt_budget,
 )
-from codecue.engine.speculative import GenerationResult, GenerationStats
+from codecue.engine.results import GenerationResult, GenerationStats
 from codecue.engine.stops import StopRule, predicate_for
 from codecue.engine.streaming import TextStream
 from codecue.errors import CodeCueError

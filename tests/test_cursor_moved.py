@@ -272,7 +272,7 @@ class _UntilCancelled:
         return 16
 
     def complete(self, prefix, suffix, *, cancelled, **kwargs):
-        from codecue.engine.speculative import GenerationResult, GenerationStats
+        from codecue.engine.results import GenerationResult, GenerationStats
 
         self._run(prefix, cancelled)
         return GenerationResult([], "", "cancelled", GenerationStats())

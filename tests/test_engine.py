@@ -438,7 +438,7 @@ def test_sampling_streams_are_seeded_apart_and_reproducibly():
 
 
 def test_record_times_gives_ttft_and_time_per_later_token():
-    from codecue.engine.speculative import GenerationStats
+    from codecue.engine.results import GenerationStats
 
     stats = GenerationStats()
     stats.record_times(start=10.0, first=10.5, end=12.5, new_tokens=5)

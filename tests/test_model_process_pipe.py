@@ -304,3 +304,42 @@ def test_the_first_model_process_starts_before_the_server_imports_anything_heavy
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().split(maxsplit=2) == ["True", "True", "[]"]
+
+
+SERVER_WITHOUT_TORCH = """
+import sys
+from codecue.context import ScopeStop, analyze
+from codecue.engine.stops import StopRule
+from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
+from codecue.server.model_process import child_process_factory
+from codecue.server.worker import GenerationJob, ModelWorker
+
+choice = CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[1], backend="torch", dtype="float32"),
+                          DecodingSettings(draft_mode="hybrid", k=3))
+document, line, column = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+offset = sum(len(text) + 1 for text in document.split("\\n")[:line]) + column
+prefix, suffix = document[:offset], document[offset:]
+rule = StopRule.at_cursor(ScopeStop.of(analyze(document, "python", line, column)), prefix, suffix)
+worker = ModelWorker(choice, child_process_factory(), idle_unload_s=None, measure_costs=False)
+texts, records = [], []
+try:
+    worker.submit(GenerationJob(choice, prefix, suffix, warm_only=True, background=True)).result(timeout=120)
+    job = GenerationJob(choice, prefix, suffix, stop_rule=rule, language="python", max_tokens=24,
+                        on_text=texts.append, on_round=records.append)
+    result = worker.submit(job).result(timeout=120)
+finally:
+    worker.shutdown(timeout=10)
+print(result.stats.new_tokens > 0, bool(texts), bool(records), "torch" in sys.modules)
+"""
+
+
+def test_a_server_whose_models_live_in_a_model_process_never_imports_torch(tiny_dirs):
+    """The daemon (and ``serve --in-process``) reads what the model process sends up — streamed text, round
+    records, a warm-up's count, the finished result — without importing torch: an import there costs about
+    1.4 s of CPU on a 2-core machine, taken from the first completion the model process is generating."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", SERVER_WITHOUT_TORCH, str(tiny_dirs["target"]), DOCUMENT,
+                           *map(str, CURSOR)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "True", "False"]

@@ -211,7 +211,7 @@ class SlowCompleter:
         return None
 
     def complete(self, prefix, suffix, *, cancelled, **kwargs):
-        from codecue.engine.speculative import GenerationResult, GenerationStats
+        from codecue.engine.results import GenerationResult, GenerationStats
 
         self.started.append(prefix)
         self.running.set()

@@ -39,7 +39,7 @@ from codecue.server.streaming import partial_params, send_partial
 from codecue.server.worker import GenerationJob
 
 if TYPE_CHECKING:
-    from codecue.engine.speculative import GenerationResult
+    from codecue.engine.results import GenerationResult
     from codecue.server.session import CodeCueServer
 
 log = logging.getLogger(__name__)

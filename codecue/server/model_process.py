@@ -29,8 +29,8 @@ from codecue.errors import CodeCueError
 
 if TYPE_CHECKING:
     from codecue.engine.fim import PromptBudget
+    from codecue.engine.results import GenerationResult
     from codecue.engine.rounds import RoundRecord
-    from codecue.engine.speculative import GenerationResult
     from codecue.models.config import CompletionConfig, DecodingSettings
     from codecue.tuning.machine_costs import MachineCosts
 

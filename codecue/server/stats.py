@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from codecue.engine.speculative import GenerationResult, GenerationStats
+    from codecue.engine.results import GenerationResult, GenerationStats
     from codecue.server.session import CodeCueServer
 
 STATS_REQUEST = "codecue/stats"

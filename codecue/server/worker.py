@@ -33,8 +33,8 @@ from codecue.tuning.policy import Depth
 
 if TYPE_CHECKING:
     from codecue.completion import Completer
+    from codecue.engine.results import GenerationResult
     from codecue.engine.rounds import RoundRecord
-    from codecue.engine.speculative import GenerationResult
     from codecue.tuning.machine_costs import MachineCosts
 
 log = logging.getLogger(__name__)
