@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import torch
-
 from codecue.backends import CachedSequence
 from codecue.backends.base import Backend, GPUOutOfMemory
 from codecue.engine.code_vocab import code_token_ids
@@ -87,7 +85,7 @@ class Completer:
         # A load-time setting: the draft's head is restricted once, here (DecodingSettings).
         if draft is not None and self.decoding.draft_vocab == "code" and draft.can_restrict_vocab:
             self.draft_vocab_map = code_token_ids(tokenizer, self.eos_ids)
-            draft.restrict_vocab(self.draft_vocab_map.tolist())
+            draft.restrict_vocab(self.draft_vocab_map)
         self.lock = threading.Lock()
         self.names = names
         self.prefill_ms_per_token: float | None = None  # seen on this machine's prompts (build_prompt)
@@ -261,6 +259,8 @@ class Completer:
         if k == 0:
             mode = "none"
         if temperature > 0 and seed is None:
+            import torch
+
             seed = torch.seed()  # one seed for the verification and the draft streams
         sampling = Sampling(temperature, top_p, seed)
         params = GenerationParams(max_new_tokens=max_tokens, k=k, sampling=sampling, stop_strings=tuple(stop_strings),

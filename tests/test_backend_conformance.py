@@ -31,8 +31,14 @@ from harness.runtimes import need, need_hardware, need_llama_cpp
 ATOL = 1e-2
 
 
+def forward(backend: Backend, *args, **kwargs) -> torch.Tensor:
+    """``backend.forward`` as a tensor: llama.cpp returns a numpy array, the others tensors (``Logits``)."""
+    return torch.as_tensor(backend.forward(*args, **kwargs))
+
+
 def assert_same_logits(actual: torch.Tensor, expected: torch.Tensor) -> None:
     """Close logits, and the same argmax wherever the expected top two are clearly apart."""
+    actual, expected = torch.as_tensor(actual), torch.as_tensor(expected)
     torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0)
     top2 = torch.topk(expected, 2, dim=-1).values
     decisive = (top2[:, 0] - top2[:, 1]) > 2 * ATOL
@@ -174,13 +180,15 @@ def test_satisfies_the_protocol(target: Backend) -> None:
 
 def test_logits_shape_dtype_and_length(target: Backend, tokenizer) -> None:
     ids = _ids(tokenizer, PROMPT)
-    logits = target.forward(ids)
+    raw = target.forward(ids)
+    assert type(raw).__module__ in ("numpy", "torch")  # a numpy array or a tensor (Logits)
+    logits = torch.as_tensor(raw)
     assert logits.shape == (len(ids), target.vocab_size)
     assert logits.dtype == torch.float32
     assert logits.device.type == "cpu"
     assert torch.isfinite(logits).all()
     assert target.length == len(ids)
-    more = target.forward(ids[:3])
+    more = forward(target, ids[:3])
     assert more.shape == (3, target.vocab_size)
     assert target.length == len(ids) + 3
 
@@ -194,42 +202,42 @@ def test_rollback_equals_fresh_prefill(target: Backend, tokenizer) -> None:
     first = _ids(tokenizer, CONTINUATION)
     second = _ids(tokenizer, OTHER_CONTINUATION)
 
-    target.forward(prompt + first)
+    forward(target, prompt + first)
     target.truncate(len(prompt))
     assert target.length == len(prompt)
-    after_rollback = target.forward(second)
+    after_rollback = forward(target, second)
 
     target.reset()
     assert target.length == 0
-    fresh = target.forward(prompt + second)[len(prompt) :]
+    fresh = forward(target, prompt + second)[len(prompt) :]
     assert_same_logits(after_rollback, fresh)
 
 
 def test_truncate_past_the_end_is_a_no_op(target: Backend, tokenizer) -> None:
     ids = _ids(tokenizer, PROMPT)
-    target.forward(ids)
+    forward(target, ids)
     target.truncate(len(ids) + 5)
     assert target.length == len(ids)
     target.truncate(0)
     assert target.length == 0
-    fresh = target.forward(ids)
+    fresh = forward(target, ids)
     assert fresh.shape[0] == len(ids)
 
 
 def test_reset_forgets_the_cache(target: Backend, tokenizer) -> None:
     ids = _ids(tokenizer, PROMPT)
-    reference = target.forward(ids)
-    target.forward(_ids(tokenizer, CONTINUATION))
+    reference = forward(target, ids)
+    forward(target, _ids(tokenizer, CONTINUATION))
     target.reset()
-    again = target.forward(ids)
+    again = forward(target, ids)
     assert_same_logits(again, reference)
 
 
 def test_multi_token_rows_equal_one_token_steps(target: Backend, tokenizer) -> None:
     ids = _ids(tokenizer, PROMPT + CONTINUATION)
-    batched = target.forward(ids)
+    batched = forward(target, ids)
     target.reset()
-    stepped = torch.cat([target.forward([token]) for token in ids])
+    stepped = torch.cat([forward(target, [token]) for token in ids])
     assert_same_logits(batched, stepped)
 
 
@@ -238,9 +246,9 @@ def test_verify_chunks_past_a_long_prefix_equal_steps(target: Backend, tokenizer
     call (measured on the tiny model: 5e-3 there vs 3e-4 below; on the real 1.5B it flips argmaxes)."""
     ids = _ids(tokenizer, (PROMPT + CONTINUATION + OTHER_CONTINUATION) * 8)[:330]
     assert len(ids) == 330
-    stepped = torch.cat([target.forward([token]) for token in ids])
+    stepped = torch.cat([forward(target, [token]) for token in ids])
     target.reset()
-    chunked = torch.cat([target.forward(ids[start : start + 9]) for start in range(0, len(ids), 9)])
+    chunked = torch.cat([forward(target, ids[start : start + 9]) for start in range(0, len(ids), 9)])
     assert_same_logits(chunked, stepped)
 
 
@@ -248,10 +256,10 @@ def test_verify_chunk_after_a_prefix_equals_steps(target: Backend, tokenizer) ->
     """The engine's verification call: ``[last] + draft`` on top of a cached prefix."""
     prompt = _ids(tokenizer, PROMPT)
     chunk = _ids(tokenizer, CONTINUATION)[:9]
-    target.forward(prompt)
-    verified = target.forward(chunk)
+    forward(target, prompt)
+    verified = forward(target, chunk)
     target.truncate(len(prompt))
-    stepped = torch.cat([target.forward([token]) for token in chunk])
+    stepped = torch.cat([forward(target, [token]) for token in chunk])
     assert_same_logits(verified, stepped)
 
 
@@ -272,9 +280,9 @@ def test_cached_sequence_reuses_the_common_prefix(target: Backend, tokenizer) ->
     assert rows.shape == (3, target.vocab_size)
 
     target.reset()
-    fresh_extended = target.forward(extended)[-1:]
+    fresh_extended = forward(target, extended)[-1:]
     target.reset()
-    fresh_diverged = target.forward(diverged)[-3:]
+    fresh_diverged = forward(target, diverged)[-3:]
     assert_same_logits(last, fresh_extended)
     assert_same_logits(rows, fresh_diverged)
 
@@ -290,7 +298,7 @@ def assert_greedy_identity(target: Backend, prompt: list[int], got: list[int], e
         return
     i = next((j for j, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected)))
     target.reset()
-    row = target.forward(prompt + expected[:i])[-1]
+    row = forward(target, prompt + expected[:i])[-1]
     top2 = torch.topk(row, 2).values
     gap = float(top2[0] - top2[1])
     pytest.fail(

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -151,7 +152,7 @@ def test_logits_match_transformers_on_the_same_weights(backend, tiny: dict[str, 
 
     ids = tokenizer.encode("".join(CORPUS[:3]), add_special_tokens=False)
     backend.reset()
-    ours = backend.forward(ids)
+    ours = torch.as_tensor(backend.forward(ids))
     model = Qwen2ForCausalLM.from_pretrained(tiny["hf"], dtype=torch.float32).eval()
     with torch.inference_mode():
         reference = model(torch.tensor([ids])).logits[0]
@@ -164,9 +165,9 @@ def test_logits_match_transformers_on_the_same_weights(backend, tiny: dict[str, 
 def test_n_logits_returns_the_last_rows(backend, tokenizer) -> None:
     ids = tokenizer.encode(CORPUS[0] + CORPUS[1], add_special_tokens=False)
     backend.reset()
-    full = backend.forward(ids)
+    full = torch.as_tensor(backend.forward(ids))
     backend.reset()
-    last = backend.forward(ids, n_logits=3)
+    last = torch.as_tensor(backend.forward(ids, n_logits=3))
     assert last.shape == (3, backend.vocab_size)
     assert backend.length == len(ids)
     torch.testing.assert_close(last, full[-3:], atol=1e-2, rtol=0)
@@ -176,10 +177,10 @@ def test_n_logits_returns_the_last_rows(backend, tokenizer) -> None:
 def test_inputs_longer_than_n_batch_are_split(tiny: dict[str, Path], backend, tokenizer) -> None:
     ids = tokenizer.encode("".join(CORPUS), add_special_tokens=False)
     backend.reset()
-    whole = backend.forward(ids)
+    whole = torch.as_tensor(backend.forward(ids))
     with llamacpp.LlamaCppBackend.load(tiny["gguf"], n_ctx=256, n_batch=8) as small_batches:
         assert small_batches.n_batch == 8 < len(ids)
-        split = small_batches.forward(ids)
+        split = torch.as_tensor(small_batches.forward(ids))
         assert small_batches.length == len(ids)
         tail = small_batches.forward(ids[:3], n_logits=2)
     # Different batch splits run different kernels: measured up to 3.6e-3 on logits within ±5.3.
@@ -200,7 +201,9 @@ def test_bad_input_is_refused_and_the_cache_kept(backend) -> None:
     with pytest.raises(ValueError):
         backend.truncate(-1)
     assert backend.length == 3
-    assert backend.forward([13]).shape == (1, backend.vocab_size)
+    row = backend.forward([13])
+    # numpy, not torch: a model process serving llama.cpp greedily never imports torch (engine/logits.py)
+    assert isinstance(row, np.ndarray) and row.dtype == np.float32 and row.shape == (1, backend.vocab_size)
 
 
 @needs_llama_cpp
@@ -283,10 +286,10 @@ def test_real_draft_loads_quantized_and_predicts_code() -> None:
 def test_repack_switch_loads_the_same_model(tiny: dict[str, Path], backend, tokenizer) -> None:
     ids = tokenizer.encode(CORPUS[0], add_special_tokens=False)
     backend.reset()
-    reference = backend.forward(ids)
+    reference = torch.as_tensor(backend.forward(ids))
     with llamacpp.LlamaCppBackend.load(tiny["gguf"], n_ctx=64, repack=False) as plain_layout:
         assert plain_layout.repack is False
-        torch.testing.assert_close(plain_layout.forward(ids), reference, atol=1e-2, rtol=0)
+        torch.testing.assert_close(torch.as_tensor(plain_layout.forward(ids)), reference, atol=1e-2, rtol=0)
 
 
 @needs_llama_cpp
@@ -322,9 +325,9 @@ def test_requantized_layout_is_made_once_atomically_and_computes_nearly_the_same
     assert requantized(source, "q8_0") == made and made.stat().st_mtime_ns == stamp  # cached, not made again
     ids = tokenizer.encode(CORPUS[0], add_special_tokens=False)
     backend.reset()
-    reference = backend.forward(ids)
+    reference = torch.as_tensor(backend.forward(ids))
     with llamacpp.LlamaCppBackend.load(made, n_ctx=64) as derived:
-        logits = derived.forward(ids)
+        logits = torch.as_tensor(derived.forward(ids))
     assert logits.shape == reference.shape
     assert not torch.equal(logits, reference)  # really another layout
     agree = (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()

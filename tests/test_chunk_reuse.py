@@ -43,6 +43,15 @@ MIN_CHUNK = 64
 NOISE = 1e-2
 
 
+def same(a, b) -> bool:
+    """Equal logits (or token ids), whichever kind the backend returned (llama.cpp: numpy arrays)."""
+    return torch.equal(torch.as_tensor(a), torch.as_tensor(b))
+
+
+def assert_close(actual, expected, **tolerance) -> None:
+    torch.testing.assert_close(torch.as_tensor(actual), torch.as_tensor(expected), **tolerance)
+
+
 def source(functions: int = 13, tag: str = "") -> str:
     """A Python file of distinct small functions (code repeats its shapes, which the search must survive)."""
     return "".join(
@@ -369,9 +378,9 @@ def test_logits_after_a_shift_are_those_of_the_same_moves_made_by_hand(backends,
     shifted = seq.sync(new, 4)
     assert seq.shifted_tokens == chunk.length > 250
     by_hand = _by_hand_deletion if chunk.shift < 0 else _by_hand_insertion
-    assert torch.equal(shifted, by_hand(backends["reference"], OLD, keep, chunk, new, 4))
+    assert same(shifted, by_hand(backends["reference"], OLD, keep, chunk, new, 4))
     if chunk.shift < 0:  # the two-sequence moves leave the very state llama-server's one-sequence ones do
-        assert torch.equal(shifted, _by_hand_insertion(backends["reference"], OLD, keep, chunk, new, 4))
+        assert same(shifted, _by_hand_insertion(backends["reference"], OLD, keep, chunk, new, 4))
 
 
 @needs_llama_cpp
@@ -386,9 +395,9 @@ def test_a_shift_differs_from_a_fresh_evaluation_only_by_the_stale_context(backe
         shifted = _holding(backends[model], OLD).sync(new, 4)
         backends[reference].reset()
         fresh = backends[reference].forward(new, 4)
-        differences[model] = float((shifted - fresh).abs().max())
+        differences[model] = float(abs(shifted - fresh).max())
         if model == "one_layer":
-            assert torch.equal(shifted.argmax(-1), fresh.argmax(-1))
+            assert same(shifted.argmax(-1), fresh.argmax(-1))
     assert differences["one_layer"] < NOISE
     assert differences["target"] > 5 * NOISE
 
@@ -411,13 +420,13 @@ def test_truncate_after_a_shift_rolls_back_like_the_same_moves_made_by_hand(back
     reference = backends["reference"]
     _by_hand_insertion(reference, OLD, keep, chunk, new, 1)
     reference.truncate(inside)
-    assert torch.equal(rows, reference.forward(continuation, 5))
+    assert same(rows, reference.forward(continuation, 5))
 
     # Back to before the chunk: what is evaluated again is evaluated fresh, after the kept prefix.
     seq.truncate(keep)
     again = seq.sync(new, 3)
     reference.reset()
-    torch.testing.assert_close(again, _holding(reference, OLD[:keep]).sync(new, 3), atol=NOISE, rtol=0)
+    assert_close(again, _holding(reference, OLD[:keep]).sync(new, 3), atol=NOISE, rtol=0)
 
 
 @needs_llama_cpp
@@ -437,7 +446,7 @@ def test_a_failed_evaluation_during_a_shift_drops_the_held_chunks(backends, monk
     rows = seq.sync(new, 2)  # the cache is usable: the chunk was dropped, so it is evaluated
     assert seq.tokens == new and held_positions(target) == (len(new) - 1, -1)
     backends["reference"].reset()
-    torch.testing.assert_close(rows, backends["reference"].forward(new, 2), atol=NOISE, rtol=0)
+    assert_close(rows, backends["reference"].forward(new, 2), atol=NOISE, rtol=0)
 
 
 @needs_llama_cpp
@@ -471,16 +480,16 @@ def test_a_context_that_cannot_shift_keeps_prefix_reuse(backends, monkeypatch) -
     backends["reference"].reset()
     prefix_only = CachedSequence(backends["reference"])
     prefix_only.sync(OLD, 1)
-    assert torch.equal(rows, prefix_only.sync(new, 2))  # one sequence or two: the same numbers
+    assert same(rows, prefix_only.sync(new, 2))  # one sequence or two: the same numbers
 
 
 @needs_llama_cpp
 def test_a_second_sequence_changes_nothing_for_the_first(backends) -> None:
     tokens = random_tokens(300, 9)
     one, two = backends["unshifting"], backends["reference"]
-    assert torch.equal(one.forward(tokens), two.forward(tokens))
-    assert torch.equal(one.forward(tokens[:9]), two.forward(tokens[:9]))
-    assert torch.equal(one.forward(tokens[:1]), two.forward(tokens[:1]))
+    assert same(one.forward(tokens), two.forward(tokens))
+    assert same(one.forward(tokens[:9]), two.forward(tokens[:9]))
+    assert same(one.forward(tokens[:1]), two.forward(tokens[:1]))
 
 
 def test_torch_keeps_prefix_reuse_and_its_outputs(tokenizer, tmp_path: Path) -> None:

@@ -146,14 +146,20 @@ from codecue.tuning.serving import load_models
 loaded = load_models(CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[2])))
 print(type(loaded.target).__name__, type(loaded.tokenizer).__name__, codecue.backends.cuda_available(),
       "torch" in sys.modules)
+from codecue.completion import Completer
+from codecue.models.config import DecodingSettings
+completer = Completer.from_loaded(loaded, DecodingSettings(draft_mode="hybrid", k=3))
+stats = [completer.complete("def add(a, b):\\n    return a + b\\n\\ndef sub(a, b):\\n    return ", "", max_tokens=12,
+                             draft_mode=mode).stats for mode in ("model", "hybrid", "ngram", "none")]
+print(stats[0].model_rounds > 0, "torch" in sys.modules)
 """
 
 
-def test_planning_and_loading_gguf_weights_import_no_torch(gguf_pair, isolated_cache):
-    """A cold start imports torch (a second on a 2-core CPU) on a thread beside the weights' load
-    (:func:`codecue.server.worker.load_completer`): nothing on the load's own path may import it first —
-    not asking for CUDA on a machine without NVIDIA's driver, not llama.cpp's backend, not the tokenizer
-    (checks cached, tokenizer converted)."""
+def test_planning_loading_and_greedy_completion_on_gguf_weights_import_no_torch(gguf_pair, isolated_cache):
+    """Torch costs 1.5-2.5 s of CPU to import on a 2-core machine, most of a cold start: a model process
+    serving llama.cpp greedily never imports it — not asking for CUDA on a machine without NVIDIA's driver,
+    not llama.cpp's backend, not the tokenizer (checks cached, tokenizer converted), not the engine
+    generating with a draft model, lookup, both or neither (llama.cpp's logits are numpy arrays)."""
     need_llama_cpp()
     import subprocess
     import sys
@@ -164,4 +170,4 @@ def test_planning_and_loading_gguf_weights_import_no_torch(gguf_pair, isolated_c
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         runs.append(done.stdout.split())
-    assert runs[1] == ["LlamaCppBackend", "FastTokenizer", "False", "False"]
+    assert runs[1] == ["LlamaCppBackend", "FastTokenizer", "False", "False", "True", "False"]

@@ -13,12 +13,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, runtime_checkable
 
 from codecue.errors import CodeCueError
 
 if TYPE_CHECKING:  # torch is imported where logits are made: the daemon and the relay never load it
+    import numpy
     import torch
+
+    #: Rows of logits, ``[n, vocab]`` float32 on the CPU: a numpy array from llama.cpp (a model process
+    #: serving it greedily then never imports torch) or a torch tensor from the torch and exllamav2
+    #: backends. :mod:`codecue.engine.logits` reads either; ``torch.as_tensor`` makes a tensor of either.
+    Logits: TypeAlias = numpy.ndarray | torch.Tensor
 
 
 @runtime_checkable
@@ -26,7 +32,7 @@ class Backend(Protocol):
     """A causal LM with a single-sequence KV cache.
 
     ``forward`` appends ``token_ids`` to the cache and returns float32 logits on the CPU for the last
-    ``n_logits`` fed positions (all of them when ``None``): ``[n_logits, vocab]``. Asking only for the rows
+    ``n_logits`` fed positions (all of them when ``None``): ``[n_logits, vocab]`` (:data:`Logits`). Asking only for the rows
     you need matters: a 512-token prefill's full logits cost as much as a dozen decode steps.
     ``truncate(n)`` drops cache entries past ``n`` (rollback).
 
@@ -57,7 +63,7 @@ class Backend(Protocol):
     @property
     def max_length(self) -> int: ...
 
-    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> torch.Tensor: ...
+    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> Logits: ...
 
     def truncate(self, length: int) -> None: ...
 
@@ -144,10 +150,10 @@ class BackendBase(ABC):
     def reset(self) -> None: ...
 
     @abstractmethod
-    def _forward(self, token_ids: list[int], n_logits: int) -> torch.Tensor:
+    def _forward(self, token_ids: list[int], n_logits: int) -> Logits:
         """Append ``token_ids`` to the cache; the last ``n_logits`` rows of float32 CPU logits."""
 
-    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
+    def forward(self, token_ids: Sequence[int], n_logits: int | None = None) -> Logits:
         """Append ``token_ids`` to the cache and return the last ``n_logits`` rows of logits (all when
         ``None``). A failure part-way leaves the cache as it was before the call."""
         tokens = [int(t) for t in token_ids]
@@ -268,7 +274,18 @@ def _heaviest_chain(runs: list[Chunk], min_chunk: int) -> list[Chunk]:
     return chain[::-1]
 
 
-def _finish(steps: Generator[int, None, torch.Tensor]) -> torch.Tensor:
+def _concatenate(rows: list[Logits], vocab_size: int) -> Logits:
+    """Rows from several calls as one array of their kind (none: an empty numpy array)."""
+    if not rows or type(rows[0]).__module__ == "numpy":
+        import numpy as np
+
+        return np.concatenate(rows) if rows else np.empty((0, vocab_size), dtype=np.float32)
+    import torch
+
+    return torch.cat(rows)
+
+
+def _finish(steps: Generator[int, None, Logits]) -> Logits:
     """Run a feeding generator to its end and return what it returns."""
     while True:
         try:
@@ -336,12 +353,12 @@ class CachedSequence:
         keep, chunks = self.plan(tokens)
         return len(tokens) - keep - sum(chunk.length for chunk in chunks)
 
-    def sync(self, tokens: Sequence[int], n_logits: int = 1) -> torch.Tensor:
+    def sync(self, tokens: Sequence[int], n_logits: int = 1) -> Logits:
         if n_logits < 1 or n_logits > len(tokens):
             raise ValueError(f"n_logits must be in 1..{len(tokens)}, got {n_logits}")
         return _finish(self._feed(tokens, n_logits, None))
 
-    def prefill(self, tokens: Sequence[int], step: int) -> Generator[int, None, torch.Tensor]:
+    def prefill(self, tokens: Sequence[int], step: int) -> Generator[int, None, Logits]:
         """Make the cache hold ``tokens`` (no logits), evaluating what it lacks ``step`` tokens at a time:
         yields how many tokens each step evaluated, so that the caller can time steps and stop between
         them. Stopping (closing the iterator) leaves the cache holding a prefix of ``tokens``."""
@@ -349,7 +366,7 @@ class CachedSequence:
             raise ValueError(f"step must be >= 1, got {step}")
         return self._feed(tokens, 0, step)
 
-    def _feed(self, tokens: Sequence[int], n_logits: int, step: int | None) -> Generator[int, None, torch.Tensor]:
+    def _feed(self, tokens: Sequence[int], n_logits: int, step: int | None) -> Generator[int, None, Logits]:
         tokens = [int(t) for t in tokens]
         if len(tokens) > self.backend.max_length:
             raise ValueError(f"sequence of {len(tokens)} tokens exceeds the context of {self.backend.max_length}")
@@ -379,16 +396,16 @@ class CachedSequence:
             raise
         return (yield from self._evaluate(tokens[at:], n_logits, step))
 
-    def extend(self, new_tokens: Sequence[int], n_logits: int | None = None) -> torch.Tensor:
+    def extend(self, new_tokens: Sequence[int], n_logits: int | None = None) -> Logits:
         """Feed ``new_tokens`` (in chunks for long prefills) and return the last ``n_logits`` rows."""
         new_tokens = list(new_tokens)
         return _finish(self._evaluate(new_tokens, len(new_tokens) if n_logits is None else n_logits, None))
 
-    def _evaluate(self, new_tokens: list[int], n_logits: int, step: int | None) -> Generator[int, None, torch.Tensor]:
+    def _evaluate(self, new_tokens: list[int], n_logits: int, step: int | None) -> Generator[int, None, Logits]:
         """Feed ``new_tokens`` in calls of at most ``prefill_chunk`` (and ``step``) tokens, yielding each
         call's size; returns the last ``n_logits`` rows of logits (none: an empty tensor)."""
         size = self.prefill_chunk if step is None else min(step, self.prefill_chunk)
-        rows: list[torch.Tensor] = []
+        rows: list[Logits] = []
         start = 0
         while start < len(new_tokens):
             chunk = new_tokens[start : start + size]
@@ -407,11 +424,6 @@ class CachedSequence:
                 rows.append(logits[-wanted:])
             yield len(chunk)
         # One call is the common case (a decode step): its rows as they are, not copied again.
-        if len(rows) == 1:
-            out = rows[0]
-        else:
-            import torch
-
-            out = torch.cat(rows) if rows else torch.empty((0, self.backend.vocab_size))
+        out = rows[0] if len(rows) == 1 else _concatenate(rows, self.backend.vocab_size)
         assert out.shape[0] == n_logits
         return out

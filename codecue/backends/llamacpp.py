@@ -23,15 +23,12 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from codecue.backends.base import BackendBase, Chunk
 from codecue.errors import BackendUnavailable, ModelError
-
-if TYPE_CHECKING:
-    import torch
 
 INSTALL_HINT = "install it with: pip install 'codecue[llamacpp]'"
 
@@ -270,7 +267,7 @@ class LlamaCppBackend(BackendBase):
     def can_shift(self) -> bool:
         return self._can_shift
 
-    def _forward(self, tokens: list[int], n_logits: int) -> torch.Tensor:
+    def _forward(self, tokens: list[int], n_logits: int) -> np.ndarray:
         """Evaluate ``tokens`` in chunks of ``n_batch``; llama.cpp skips the output head for the positions
         before the last ``n_logits``, a sizeable part of a prefill with a 152k vocabulary."""
         self._check_open()
@@ -286,9 +283,7 @@ class LlamaCppBackend(BackendBase):
             if rows is not None:  # rows for this chunk's positions chunk_first_output.. of it
                 row0 = start + chunk_first_output - first_output
                 out[row0 : row0 + rows.shape[0]] = rows
-        import torch  # here: a model process loads the weights while another thread imports torch
-
-        return torch.from_numpy(out)
+        return out
 
     def truncate(self, length: int) -> None:
         self._check_open()

@@ -269,14 +269,14 @@ def _probe_llamacpp(model: Path, layout: str) -> dict[str, Any]:
 
     with LlamaCppBackend.load(model, n_ctx=256, n_batch=64, repack=layout == "repack") as backend:
         tokens = backend.tokenize(_PROBE_TEXT)[:48]
-        multi = backend.forward(tokens).numpy()
+        multi = backend.forward(tokens)
         _torch_matmul_between()
         backend.reset()
-        multi_again = backend.forward(tokens).numpy()
+        multi_again = backend.forward(tokens)
         backend.reset()
         single = []
         for t in tokens:
-            single.append(backend.forward([t]).numpy()[0])
+            single.append(backend.forward([t])[0])
             _torch_matmul_between()
     ok, reason = compare_logits(multi_again, multi)
     if not ok:

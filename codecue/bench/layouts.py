@@ -37,7 +37,7 @@ def teacher_forced(path: Path, texts: list[str]) -> tuple[float, list[torch.Tens
         for text in texts:
             ids = backend.tokenize(text)[:TOKENS_PER_FILE]
             backend.reset()
-            logits = backend.forward(ids)[:-1].double()
+            logits = torch.as_tensor(backend.forward(ids)[:-1]).double()
             targets = torch.tensor(ids[1:])
             nll -= float(torch.log_softmax(logits, -1)[torch.arange(len(targets)), targets].sum())
             predictions.append(logits.argmax(-1))

@@ -335,7 +335,7 @@ class GreedyDraftModel(CountingDraftModel):
 
     def propose(self, context: list[int]) -> list[int]:
         draft: list[int] = []
-        logits = self.seq.sync(context, 1)[-1]
+        logits = torch.as_tensor(self.seq.sync(context, 1)[-1])
         for i in range(self.draft_max):
             # llama.cpp's draft sampler keeps the top 10 candidates, so p is normalised over those.
             top = torch.topk(logits, 10)
@@ -345,7 +345,7 @@ class GreedyDraftModel(CountingDraftModel):
                 break
             draft.append(token)
             if i + 1 < self.draft_max:
-                logits = self.seq.extend([token])[-1]
+                logits = torch.as_tensor(self.seq.extend([token])[-1])
         return draft
 
 

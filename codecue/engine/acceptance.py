@@ -2,23 +2,34 @@
 
 Names follow the paper (Leviathan et al., 2023): ``p`` is the target's distribution, ``q`` the draft's.
 ``p`` has one more row than there are draft tokens: row i scores the position of draft token i, and the
-last row gives the bonus token when every draft token is accepted.
+last row gives the bonus token when every draft token is accepted. Greedy acceptance reads logits of
+either kind a backend returns (:mod:`codecue.engine.logits`) without torch; sampling computes with torch.
 """
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from codecue.engine.logits import argmax_rows, as_tensor
+
+if TYPE_CHECKING:
+    import torch
+
+    from codecue.backends.base import Logits
 
 
-def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
+def logits_to_probs(logits: Logits, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
     """Turn logits ``[n, V]`` into probabilities with temperature and nucleus (top-p) filtering.
 
     Target and draft distributions must both go through this same function, or rejection sampling no
     longer reproduces the processed target distribution exactly.
     """
+    import torch
+
     if temperature <= 0:
         raise ValueError("temperature must be > 0 for sampling (use greedy decoding for 0)")
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    probs = torch.softmax(as_tensor(logits).float() / temperature, dim=-1)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         cumulative = sorted_probs.cumsum(dim=-1)
@@ -30,23 +41,27 @@ def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float
     return probs
 
 
-def greedy_accept(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
+def greedy_accept(draft_tokens: Sequence[int], target_logits: Logits) -> tuple[int, int]:
     """Accept the longest prefix of ``draft_tokens`` that the target's argmax agrees with.
 
     Returns ``(n_accepted, next_token)``: ``next_token`` is the target's own choice after the accepted
     prefix (a correction when a draft token was rejected, a bonus token when all were accepted).
     """
-    k = draft_tokens.shape[0]
+    draft = [int(t) for t in draft_tokens]
+    k = len(draft)
     if target_logits.shape[0] != k + 1:
         raise ValueError(f"need {k + 1} target rows for {k} draft tokens, got {target_logits.shape[0]}")
-    target_tokens = target_logits.argmax(dim=-1)
-    matches = (target_tokens[:k] == draft_tokens).to(torch.int64)
-    n_accepted = int(matches.cumprod(dim=0).sum()) if k else 0
-    return n_accepted, int(target_tokens[n_accepted])
+    target_tokens = argmax_rows(target_logits)
+    n_accepted = 0
+    while n_accepted < k and target_tokens[n_accepted] == draft[n_accepted]:
+        n_accepted += 1
+    return n_accepted, target_tokens[n_accepted]
 
 
 def one_hot_q(draft_tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """The draft distribution of a deterministic proposer (n-gram lookup): all mass on its guess."""
+    import torch
+
     q = torch.zeros(draft_tokens.shape[0], vocab_size)
     if draft_tokens.numel():
         q[torch.arange(draft_tokens.shape[0]), draft_tokens] = 1.0
@@ -64,6 +79,8 @@ def rejection_sample(
 
     The returned tokens are distributed exactly as samples from ``p`` one at a time would be.
     """
+    import torch
+
     k = draft_tokens.shape[0]
     if p.shape[0] != k + 1 or q.shape[0] != k:
         raise ValueError(f"need p with {k + 1} rows and q with {k} rows, got {p.shape[0]} and {q.shape[0]}")

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-import torch
-
 _ALLOWED_BYTES = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
 
 
@@ -31,7 +29,7 @@ def _byte_level_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(visible, chars, strict=True)}
 
 
-def code_token_ids(tokenizer, extra_ids: Sequence[int] = ()) -> torch.Tensor:
+def code_token_ids(tokenizer, extra_ids: Sequence[int] = ()) -> list[int]:
     """Sorted ids of tokens whose bytes are all ASCII code characters, plus ``extra_ids`` (e.g. EOS)."""
     decoder = _byte_level_decoder()
     ids = set(extra_ids)
@@ -41,4 +39,4 @@ def code_token_ids(tokenizer, extra_ids: Sequence[int] = ()) -> torch.Tensor:
                 ids.add(idx)
         elif token.isascii() and token.isprintable() and idx not in tokenizer.all_special_ids:
             ids.add(idx)  # other tokenizers: plain ASCII spelling
-    return torch.tensor(sorted(ids), dtype=torch.long)
+    return sorted(ids)

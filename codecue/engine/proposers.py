@@ -12,13 +12,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from codecue.backends.base import CachedSequence
 from codecue.engine.acceptance import logits_to_probs
+from codecue.engine.logits import softmax
 from codecue.engine.rounds import DraftSource
 from codecue.engine.sampling import RandomStream, Sampling
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -54,7 +57,7 @@ class DraftModelProposer(Proposer):
     """
 
     def __init__(self, seq: CachedSequence, sampling: Sampling, min_confidence: float = 0.0,
-                 vocab_map: torch.Tensor | None = None) -> None:
+                 vocab_map: Sequence[int] | None = None) -> None:
         self.seq = seq
         self.sampling = sampling
         self.generator = sampling.generator(RandomStream.DRAFT)
@@ -64,10 +67,12 @@ class DraftModelProposer(Proposer):
         self.steps = 0  # draft forward calls, for cost accounting
 
     def _full_q(self, probs: torch.Tensor) -> torch.Tensor:
+        import torch
+
         if self.vocab_map is None:
             return probs
         full = torch.zeros(self.seq.backend.vocab_size)
-        full[self.vocab_map] = probs
+        full[torch.as_tensor(self.vocab_map)] = probs
         return full
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
@@ -79,9 +84,11 @@ class DraftModelProposer(Proposer):
         self.steps += 1
         for i in range(k):
             if self.sampling.greedy:
-                probs = torch.softmax(logits.float(), dim=-1)
+                probs = softmax(logits)
                 token = int(probs.argmax())
             else:
+                import torch
+
                 probs = logits_to_probs(logits[None], self.sampling.temperature, self.sampling.top_p)[0]
                 token = int(torch.multinomial(probs, 1, generator=self.generator))
             if i > 0 and float(probs[token]) < self.min_confidence:
@@ -94,7 +101,11 @@ class DraftModelProposer(Proposer):
             if i + 1 < k:
                 logits = self.seq.extend([token])[-1]
                 self.steps += 1
-        return Draft(tokens, torch.stack(qs) if qs else None, DraftSource.MODEL)
+        if not qs:
+            return Draft(tokens, None, DraftSource.MODEL)
+        import torch
+
+        return Draft(tokens, torch.stack(qs), DraftSource.MODEL)
 
     # update(): nothing to do, the next propose() syncs by common prefix, which is the rollback.
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 class RandomStream(IntEnum):
@@ -32,6 +34,8 @@ class Sampling:
         """A generator for ``stream``, seeded ``seed + stream``; None when greedy (nothing is drawn)."""
         if self.greedy:
             return None
+        import torch
+
         generator = torch.Generator()
         generator.manual_seed((self.seed if self.seed is not None else torch.seed()) + stream)
         return generator

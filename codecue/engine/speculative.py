@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
 from codecue.backends.base import CachedSequence
 from codecue.engine.acceptance import greedy_accept, logits_to_probs, one_hot_q, rejection_sample
 from codecue.engine.proposers import Draft, Proposer
@@ -109,14 +107,16 @@ def generate(
             if proposer is not None and params.k > 0:
                 proposer.prepare(context)  # the draft reads the prompt now, within the time to first token
         draft = proposer.propose(context, k) if k > 0 else Draft()
-        draft_tokens = torch.tensor(draft.tokens, dtype=torch.long)
         logits = target.sync(context + draft.tokens, n_logits=len(draft.tokens) + 1)
         if stats.rounds == 0:
             stats.prefilled_tokens = target.fed_tokens - fed_before - len(draft.tokens)
             stats.shifted_tokens = target.shifted_tokens - shifted_before
         if sampling.greedy:
-            n_accepted, next_token = greedy_accept(draft_tokens, logits)
+            n_accepted, next_token = greedy_accept(draft.tokens, logits)
         else:
+            import torch
+
+            draft_tokens = torch.tensor(draft.tokens, dtype=torch.long)
             p = logits_to_probs(logits, sampling.temperature, sampling.top_p)
             q = draft.q if draft.q is not None else one_hot_q(draft_tokens, p.shape[-1])
             if q.shape[-1] != p.shape[-1]:  # a draft head narrower than the target's: pad with zero mass

@@ -216,8 +216,8 @@ def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, 
 @dataclass
 class ModelChild:
     """A started model process: its process, its pipe and its cancel number. Started with no choice, it
-    is a spare: an editor's first request needs the interpreter and the heavy imports (torch: ~1 s on a
-    2-core CPU) anyway, and they can run while the editor connects."""
+    is a spare: an editor's first request needs the interpreter and the imports (llama.cpp's binding,
+    numpy, the engine) anyway, and they can run while the editor connects."""
 
     loader: str
     process: multiprocessing.process.BaseProcess
@@ -409,7 +409,7 @@ class CompleterProcess:
         self._conn.close()
 
 
-#: what the default loader imports: first what loading needs (llama.cpp's binding), then the engine (torch)
+#: what the default loader imports: first what loading needs (llama.cpp's binding), then the engine
 LOADER_IMPORTS = ("codecue.tuning.serving", "codecue.backends.llamacpp", "codecue.completion")
 
 

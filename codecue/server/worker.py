@@ -65,8 +65,9 @@ def load_completer(config: CompletionConfig) -> Completer:
         from codecue.completion import Completer
 
         return Completer.from_spec(spec, config.decoding)
-    # With llama.cpp alone, the engine's imports (torch: about 1 s on a 2-core CPU) run beside the load:
-    # llama.cpp reads and re-lays the weights in native code that lets go of the GIL.
+    # With llama.cpp alone, the engine's imports run beside the load (llama.cpp reads and re-lays the
+    # weights in native code that lets go of the GIL); they hold no torch: llama.cpp's logits are numpy
+    # arrays, and greedy decoding reads them as they are (codecue/engine/logits.py).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-imports") as pool:
         engine = pool.submit(importlib.import_module, "codecue.completion")
         loaded = load_backends(spec)
