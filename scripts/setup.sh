@@ -31,7 +31,7 @@ PYTHONWARNINGS="ignore:Editable installation" "$VPY" -m pip install -q -e '.[dev
 # An editor's cold start runs three interpreters (relay, daemon, model process): CodeCue's bytecode compiled
 # now, so that none compiles its modules from source where PYTHONDONTWRITEBYTECODE keeps Python from caching
 # them (many containers set it; it cost 0.2-0.9 s of a cold start on a 2-core AMD EPYC).
-"$VPY" -m compileall -q codecue
+"$VPY" -m compileall -q -x "/bench/corpus/" codecue
 
 # llama.cpp is compiled from source (about 5 minutes on 2 cores, once per CPU: the wheel is cached), from
 # llama-cpp-python's sdist with CodeCue's patches (scripts/patches/: the AMX tile-configuration fix that

@@ -27,13 +27,28 @@ def logits_with_argmax(tokens: list[int], vocab: int = 6) -> torch.Tensor:
         ([], [2], (0, 2)),  # no draft: the target's own token
     ],
 )
-def test_greedy_accept(draft, target, expected):
-    assert greedy_accept(torch.tensor(draft, dtype=torch.long), logits_with_argmax(target)) == expected
+@pytest.mark.parametrize("kind", ["torch", "numpy"])  # the logits of the torch backends / of llama.cpp
+def test_greedy_accept(draft, target, expected, kind):
+    logits = logits_with_argmax(target)
+    assert greedy_accept(draft, logits if kind == "torch" else logits.numpy()) == expected
 
 
 def test_greedy_accept_shape_check():
     with pytest.raises(ValueError):
-        greedy_accept(torch.tensor([1, 2]), logits_with_argmax([1, 2]))
+        greedy_accept([1, 2], logits_with_argmax([1, 2]))
+
+
+def test_a_row_softmax_is_the_same_from_numpy_and_torch():
+    """A draft's confidence (its guess's probability) from llama.cpp's numpy rows equals torch's."""
+    from codecue.engine.logits import row_softmax
+
+    row = torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 8
+    from_numpy, from_torch = row_softmax(row.numpy()), row_softmax(row)
+    assert from_numpy.dtype.name == "float32" and from_torch.dtype == torch.float32
+    torch.testing.assert_close(torch.as_tensor(from_numpy), from_torch, atol=1e-7, rtol=1e-5)
+    assert int(from_numpy.argmax()) == int(from_torch.argmax()) == int(row.argmax())
+    with pytest.raises(ValueError):
+        row_softmax(row[None].numpy())
 
 
 def test_logits_to_probs_temperature_and_top_p():

@@ -187,14 +187,16 @@ def test_ngram_proposer_finds_latest_repetition():
 
 
 class MarkovBackend(BackendBase):
-    """A fake backend whose next-token logits depend only on the last token: exact distributions."""
+    """A fake backend whose next-token logits depend only on the last token: exact distributions. As
+    ``numpy``, its logits are numpy arrays, as llama.cpp's are."""
 
     name = "markov"
 
-    def __init__(self, table: torch.Tensor, max_length: int = 1 << 20) -> None:
+    def __init__(self, table: torch.Tensor, max_length: int = 1 << 20, numpy: bool = False) -> None:
         self.table = table
         self.tokens: list[int] = []
         self._max_length = max_length
+        self.numpy = numpy
 
     @property
     def vocab_size(self) -> int:
@@ -210,8 +212,8 @@ class MarkovBackend(BackendBase):
 
     def _forward(self, token_ids: list[int], n_logits: int) -> torch.Tensor:
         self.tokens.extend(token_ids)
-        rows = self.table[torch.tensor(token_ids)].clone()
-        return rows[len(rows) - n_logits :]
+        rows = self.table[torch.tensor(token_ids)].clone()[len(token_ids) - n_logits :]
+        return rows.numpy() if self.numpy else rows
 
     def truncate(self, length: int) -> None:
         del self.tokens[length:]
@@ -220,7 +222,12 @@ class MarkovBackend(BackendBase):
         self.tokens = []
 
 
-def test_generate_sampling_matches_target_distribution():
+# Which model's logits are numpy arrays (llama.cpp's kind): neither, the target's, the draft's (mixed runtimes).
+NUMPY_LOGITS = [(False, False), (True, False), (False, True)]
+
+
+@pytest.mark.parametrize(("target_numpy", "draft_numpy"), NUMPY_LOGITS)
+def test_generate_sampling_matches_target_distribution(target_numpy, draft_numpy):
     """The whole loop (draft model proposer + rejection sampling + rollback) at temperature 0.8."""
     from harness.stats import chi_square_p_value
 
@@ -228,8 +235,8 @@ def test_generate_sampling_matches_target_distribution():
     g = torch.Generator().manual_seed(7)
     p_logits = torch.randn(vocab, vocab, generator=g) * 1.5
     q_logits = torch.randn(vocab, vocab, generator=g) * 1.5
-    target = CachedSequence(MarkovBackend(p_logits))
-    draft_seq = CachedSequence(MarkovBackend(q_logits))
+    target = CachedSequence(MarkovBackend(p_logits, numpy=target_numpy))
+    draft_seq = CachedSequence(MarkovBackend(q_logits, numpy=draft_numpy))
     proposer = DraftModelProposer(draft_seq, Sampling(0.8, 1.0, seed=11))
     counts: dict[tuple[int, ...], int] = {}
     for i in range(n):
@@ -247,14 +254,15 @@ def test_generate_sampling_matches_target_distribution():
     assert chi_square_p_value([counts.get(o, 0) for o in outcomes], expected) > 0.001
 
 
-def test_deterministic_draft_in_sampling_mode_is_exact():
+@pytest.mark.parametrize("target_numpy", [False, True])
+def test_deterministic_draft_in_sampling_mode_is_exact(target_numpy):
     """An n-gram draft (q one-hot) must not bias sampling either."""
     from harness.stats import chi_square_p_value
 
     vocab, n = 4, 6000
     g = torch.Generator().manual_seed(3)
     p_logits = torch.randn(vocab, vocab, generator=g)
-    target = CachedSequence(MarkovBackend(p_logits))
+    target = CachedSequence(MarkovBackend(p_logits, numpy=target_numpy))
 
     class Always1(Proposer):
         def propose(self, context, k):
@@ -268,6 +276,25 @@ def test_deterministic_draft_in_sampling_mode_is_exact():
     p = torch.softmax(p_logits, -1)
     expected = [float(p[2, a] * p[a, b]) * n for a in range(vocab) for b in range(vocab)]
     assert chi_square_p_value(counts, expected) > 0.001
+
+
+@pytest.mark.parametrize(("target_numpy", "draft_numpy"), NUMPY_LOGITS)
+def test_greedy_speculation_equals_target_only_decoding_with_either_kind_of_logits(target_numpy, draft_numpy):
+    """Token for token, whichever model's logits are numpy arrays; the draft disagrees with the target
+    often enough that rejections and corrections happen."""
+    g = torch.Generator().manual_seed(5)
+    vocab = 12
+    p_logits = torch.randn(vocab, vocab, generator=g) * 3
+    q_logits = p_logits.clone()
+    for row in range(0, vocab, 3):  # here the draft's guess is the token after the target's
+        q_logits[row, (int(p_logits[row].argmax()) + 1) % vocab] = p_logits[row].max() + 1
+    params = GenerationParams(max_new_tokens=40, k=3)
+    target_only = generate(CachedSequence(MarkovBackend(p_logits)), None, [0], params, decode=lambda ids: "")
+    target = CachedSequence(MarkovBackend(p_logits, numpy=target_numpy))
+    proposer = DraftModelProposer(CachedSequence(MarkovBackend(q_logits, numpy=draft_numpy)), Sampling())
+    speculative = generate(target, proposer, [0], params, decode=lambda ids: "")
+    assert speculative.tokens == target_only.tokens and len(speculative.tokens) == 40
+    assert speculative.stats.drafted > speculative.stats.accepted > 0
 
 
 def test_chunked_prefill_returns_the_same_rows_as_one_forward(tiny_dirs):

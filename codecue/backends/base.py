@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, runtime_checkab
 
 from codecue.errors import CodeCueError
 
-if TYPE_CHECKING:  # torch is imported where logits are made: the daemon and the relay never load it
+if TYPE_CHECKING:  # torch is imported where tensors are made: the daemon, the relay and llama.cpp never load it
     import numpy
     import torch
 
@@ -274,9 +274,15 @@ def _heaviest_chain(runs: list[Chunk], min_chunk: int) -> list[Chunk]:
     return chain[::-1]
 
 
+def is_numpy(rows: Logits) -> bool:
+    """Whether ``rows`` are a numpy array (llama.cpp's kind of :data:`Logits`), asked without importing torch."""
+    return type(rows).__module__ == "numpy"
+
+
 def _concatenate(rows: list[Logits], vocab_size: int) -> Logits:
-    """Rows from several calls as one array of their kind (none: an empty numpy array)."""
-    if not rows or type(rows[0]).__module__ == "numpy":
+    """Rows from several calls as one array of their kind (none: an empty numpy array; only a prefill or a
+    chunk's placement asks for no rows, and they do not read them)."""
+    if not rows or is_numpy(rows[0]):
         import numpy as np
 
         return np.concatenate(rows) if rows else np.empty((0, vocab_size), dtype=np.float32)
@@ -403,7 +409,7 @@ class CachedSequence:
 
     def _evaluate(self, new_tokens: list[int], n_logits: int, step: int | None) -> Generator[int, None, Logits]:
         """Feed ``new_tokens`` in calls of at most ``prefill_chunk`` (and ``step``) tokens, yielding each
-        call's size; returns the last ``n_logits`` rows of logits (none: an empty tensor)."""
+        call's size; returns the last ``n_logits`` rows of logits (none: an empty array)."""
         size = self.prefill_chunk if step is None else min(step, self.prefill_chunk)
         rows: list[Logits] = []
         start = 0

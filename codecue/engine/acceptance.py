@@ -1,4 +1,4 @@
-"""Acceptance maths of speculative decoding, as pure functions over tensors.
+"""Acceptance maths of speculative decoding, as pure functions.
 
 Names follow the paper (Leviathan et al., 2023): ``p`` is the target's distribution, ``q`` the draft's.
 ``p`` has one more row than there are draft tokens: row i scores the position of draft token i, and the

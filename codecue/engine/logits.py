@@ -2,13 +2,16 @@
 array (llama.cpp) or a torch tensor (the torch and exllamav2 backends).
 
 Greedy decoding only reads argmaxes and a draft's confidence, which both kinds answer without torch, so a
-model process serving llama.cpp greedily never imports it (about 1.5-2.5 s of CPU on a 2-core machine,
-most of a cold start's). Sampling computes with torch and takes its rows as tensors (:func:`as_tensor`).
+model process serving llama.cpp greedily never imports it (1.5-2.5 s of CPU on a 2-core machine, taken
+from a cold start). Sampling computes with torch and takes its rows as tensors (:func:`as_tensor`); the
+first sampled completion in such a process pays for the import.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from codecue.backends.base import is_numpy
 
 if TYPE_CHECKING:
     import torch
@@ -16,22 +19,20 @@ if TYPE_CHECKING:
     from codecue.backends.base import Logits
 
 
-def is_numpy(rows: Any) -> bool:
-    return type(rows).__module__ == "numpy"
-
-
 def argmax_rows(rows: Logits) -> list[int]:
     """Each row's most likely token (the first of equal maxima, as both numpy and torch pick it)."""
     return rows.argmax(-1).tolist()
 
 
-def softmax(row: Logits) -> Logits:
-    """Probabilities of one row of logits, in float32 (float64 from numpy's exp would only cost time)."""
+def row_softmax(row: Logits) -> Logits:
+    """The probabilities of one row of logits, of the row's kind, in float32."""
+    if row.ndim != 1:
+        raise ValueError(f"one row of logits expected, got shape {tuple(row.shape)}")
     if is_numpy(row):
         import numpy as np
 
-        shifted = np.exp(row - row.max(), dtype=np.float32)
-        return shifted / shifted.sum()
+        weights = np.exp(row - row.max(), dtype=np.float32)
+        return weights / weights.sum()
     import torch
 
     return torch.softmax(row.float(), dim=-1)

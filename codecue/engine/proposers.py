@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from codecue.backends.base import CachedSequence
 from codecue.engine.acceptance import logits_to_probs
-from codecue.engine.logits import softmax
+from codecue.engine.logits import row_softmax
 from codecue.engine.rounds import DraftSource
 from codecue.engine.sampling import RandomStream, Sampling
 
@@ -64,6 +64,7 @@ class DraftModelProposer(Proposer):
         self.min_confidence = min_confidence
         # When the draft's head scores a subset of the vocabulary, column j is token vocab_map[j].
         self.vocab_map = vocab_map
+        self._vocab_index: torch.Tensor | None = None  # vocab_map as a tensor, made at the first sampled draft
         self.steps = 0  # draft forward calls, for cost accounting
 
     def _full_q(self, probs: torch.Tensor) -> torch.Tensor:
@@ -71,8 +72,10 @@ class DraftModelProposer(Proposer):
 
         if self.vocab_map is None:
             return probs
+        if self._vocab_index is None:
+            self._vocab_index = torch.as_tensor(self.vocab_map)
         full = torch.zeros(self.seq.backend.vocab_size)
-        full[torch.as_tensor(self.vocab_map)] = probs
+        full[self._vocab_index] = probs
         return full
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
@@ -84,7 +87,7 @@ class DraftModelProposer(Proposer):
         self.steps += 1
         for i in range(k):
             if self.sampling.greedy:
-                probs = softmax(logits)
+                probs = row_softmax(logits)
                 token = int(probs.argmax())
             else:
                 import torch
