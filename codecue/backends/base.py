@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, runtime_checkab
 
 from codecue.errors import CodeCueError
 
-if TYPE_CHECKING:  # torch is imported where tensors are made: the daemon, the relay and llama.cpp never load it
+if TYPE_CHECKING:  # torch is imported where tensors are made: the daemon, the relay, llama.cpp never load it
     import numpy
     import torch
 
@@ -32,8 +32,9 @@ class Backend(Protocol):
     """A causal LM with a single-sequence KV cache.
 
     ``forward`` appends ``token_ids`` to the cache and returns float32 logits on the CPU for the last
-    ``n_logits`` fed positions (all of them when ``None``): ``[n_logits, vocab]`` (:data:`Logits`). Asking only for the rows
-    you need matters: a 512-token prefill's full logits cost as much as a dozen decode steps.
+    ``n_logits`` fed positions (all of them when ``None``): ``[n_logits, vocab]`` (:data:`Logits`). Asking
+    only for the rows you need matters: a 512-token prefill's full logits cost as much as a dozen decode
+    steps.
     ``truncate(n)`` drops cache entries past ``n`` (rollback).
 
     Capabilities every backend declares (:class:`BackendBase` gives the defaults): ``can_restrict_vocab``
@@ -275,7 +276,7 @@ def _heaviest_chain(runs: list[Chunk], min_chunk: int) -> list[Chunk]:
 
 
 def is_numpy(rows: Logits) -> bool:
-    """Whether ``rows`` are a numpy array (llama.cpp's kind of :data:`Logits`), asked without importing torch."""
+    """Whether ``rows`` are a numpy array (llama.cpp's kind of :data:`Logits`), asked without torch."""
     return type(rows).__module__ == "numpy"
 
 
