@@ -17,7 +17,7 @@ from codecue import __version__
 from codecue.backends.cpu_class import cpu_class, llamacpp_build
 from codecue.bench.peers import PEERS, peer_name
 from codecue.bench.points import CORPUS_DIR
-from codecue.bench.report import KERNEL_FLAG_PREFIXES, SOURCE_ROOT, report_path
+from codecue.bench.report import KERNEL_FLAG_PREFIXES, SOURCE_ROOT, report_meta, report_path
 from codecue.cli import main
 from codecue.commands import bench
 
@@ -222,3 +222,21 @@ def test_a_report_names_corpus_files_from_the_corpus_and_others_by_name(tmp_path
     link = tmp_path / "model.gguf"
     link.symlink_to(tmp_path / "0123abcd")  # a cached file named by its hash
     assert report_path(link) == "model.gguf"
+
+
+def test_a_report_names_the_cpu_by_family_and_model_where_its_name_is_only_the_vendors_line(monkeypatch, tmp_path):
+    """Two processors of one name ("AMD EPYC" on Zen 4 and Zen 5 guests) are told apart in a report's meta;
+    the signature that keys the native checks stays the first processor's name and sorted flags."""
+    from codecue.backends import native_check
+
+    cpuinfo = tmp_path / "cpuinfo"
+    block = ("processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+             "model name\t: AMD EPYC\nflags\t\t: fpu avx2 avx\n\n")
+    cpuinfo.write_text(block.format(n=0) + block.format(n=1).replace("25", "26"))
+    monkeypatch.setattr(native_check, "CPUINFO", cpuinfo)
+    assert native_check.cpu_description() == "AMD EPYC (family 25, model 17)"
+    assert native_check.cpu_signature() == "AMD EPYC | avx avx2 fpu"
+    meta = report_meta("quality", ["quality"])
+    assert meta["cpu"] == "AMD EPYC (family 25, model 17)" and meta["cpu_flags"] == ["avx", "avx2"]
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: sse2\n")  # no family: the name alone
+    assert native_check.cpu_description() == "Some CPU"

@@ -29,6 +29,7 @@ from codecue.paths import atomic_write_text, cache_dir, read_json_object
 log = logging.getLogger(__name__)
 
 CHECKS_FILE = "native_checks.json"
+CPUINFO = Path("/proc/cpuinfo")
 PROBE_VERSION = "2"  # part of the cache key: a changed probe checks everything again
 CHECK_TIMEOUT_S = 300.0
 # The child that runs one check; a test points this at a probe that really crashes.
@@ -54,29 +55,47 @@ class CheckResult:
         return asdict(self)
 
 
+def _cpuinfo() -> dict[str, str] | None:
+    """The first processor's fields in :data:`CPUINFO`; None where there is no such file."""
+    try:
+        text = CPUINFO.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
 def cpu_signature() -> str:
     """CPU model name and feature flags: what decides which kernels a native build runs."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    fields = _cpuinfo()
+    if fields is None:
         import platform
 
         return f"{platform.machine()} {platform.processor()}"
-    model = flags = ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and not model:
-            model = value.strip()
-        elif key in ("flags", "Features") and not flags:
-            flags = " ".join(sorted(value.split()))
-        if model and flags:
-            break
-    return f"{model} | {flags}"
+    flags = fields.get("flags", fields.get("Features", ""))
+    return f"{fields.get('model name', '')} | {' '.join(sorted(flags.split()))}"
 
 
 def cpu_model_name() -> str:
     return cpu_signature().split(" | ")[0]
+
+
+def cpu_description() -> str:
+    """The model name with the family and model numbers where the kernel gives them: a virtual machine's
+    name is often the vendor's line alone ("AMD EPYC" for Zen 3, 4 and 5), and a measurement must say
+    which CPU made it."""
+    fields = _cpuinfo() or {}
+    name = cpu_model_name()
+    if fields.get("cpu family") and fields.get("model"):
+        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def llamacpp_version() -> str:

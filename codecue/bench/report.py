@@ -18,7 +18,7 @@ from typing import Any
 
 from codecue import __version__
 from codecue.backends.cpu_class import cpu_class, llamacpp_build
-from codecue.backends.native_check import cpu_signature
+from codecue.backends.native_check import cpu_description, cpu_signature
 from codecue.bench.peers import PEERS, PLAIN_PEER
 from codecue.bench.points import CORPUS_DIR
 from codecue.bench.runner import RunRecord, Summary
@@ -35,13 +35,13 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def report_meta(kind: str, argv: Sequence[str]) -> dict[str, Any]:
-    """The ``meta`` record of a raw report: ``kind`` (the subcommand), the CPU, its kernel-picking flags, the
-    CPU class and llama.cpp build that serve, the command as typed (``argv``: what followed ``codecue
-    bench``), the source commit and the UTC date."""
-    model, _, flags = cpu_signature().partition(" | ")
+    """The ``meta`` record of a raw report: ``kind`` (the subcommand), the CPU (:func:`cpu_description`), its
+    kernel-picking flags, the CPU class and llama.cpp build that serve, the command as typed (``argv``: what
+    followed ``codecue bench``), the source commit and the UTC date."""
+    flags = cpu_signature().partition(" | ")[2]
     return {
         "kind": kind,
-        "cpu": model,
+        "cpu": cpu_description(),
         "cpu_flags": sorted(flag for flag in flags.split() if flag.startswith(KERNEL_FLAG_PREFIXES)),
         "cpu_class": cpu_class(),
         "llama_cpp": llamacpp_build(),

@@ -23,10 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cpu_line() -> tuple[str, list[str]]:
-    from codecue.backends.native_check import cpu_model_name, cpu_signature
+    from codecue.backends.native_check import cpu_description, cpu_signature
 
     flags = cpu_signature().split(" | ")[-1].split()
-    return cpu_model_name(), sorted(f for f in flags if f.startswith(("amx", "avx512f", "avx512_bf16", "avx_vnni")))
+    return cpu_description(), sorted(f for f in flags if f.startswith(("amx", "avx512f", "avx512_bf16", "avx_vnni")))
 
 
 def _measure(candidate: Any, resolved: ResolvedConfig) -> None:
