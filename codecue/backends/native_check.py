@@ -56,17 +56,14 @@ class CheckResult:
 
 
 def _cpuinfo() -> dict[str, str] | None:
-    """The first processor's fields in :data:`CPUINFO`; None where there is no such file."""
+    """Each field's first value in :data:`CPUINFO` (the first processor's, where every processor lists
+    it); None where there is no such file."""
     try:
         text = CPUINFO.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
     fields: dict[str, str] = {}
     for line in text.splitlines():
-        if not line.strip():
-            if fields:
-                break
-            continue
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
     return fields
@@ -91,8 +88,10 @@ def cpu_description() -> str:
     """The model name with the family and model numbers where the kernel gives them: a virtual machine's
     name is often the vendor's line alone ("AMD EPYC" for Zen 3, 4 and 5), and a measurement must say
     which CPU made it."""
-    fields = _cpuinfo() or {}
-    name = cpu_model_name()
+    fields = _cpuinfo()
+    if fields is None:
+        return cpu_model_name()
+    name = fields.get("model name", "")
     if fields.get("cpu family") and fields.get("model"):
         return f"{name} (family {fields['cpu family']}, model {fields['model']})"
     return name
