@@ -283,6 +283,25 @@ def test_non_ascii_positions_go_in_utf16(start, tmp_path, native):
     nvim.wait_for(lambda: nvim.text() == SCRIPT[: end + 1 + MAX_CHARS], "accepted")
 
 
+@pytest.mark.skipif(NVIM is None or nvim_version(NVIM) < (0, 12), reason="the early start needs Neovim 0.12")
+def test_the_server_starts_before_the_filetypes_own_plugins_run(start, tmp_path):
+    """Opening a Python file runs Neovim's Python ftplugin (its provider probe takes a second or more on a
+    slow machine) before FileType reaches the plugin: the server is already starting by then, one server,
+    which then serves the buffer. A file of another type starts nothing."""
+    ftplugin = tmp_path / "config" / "nvim" / "ftplugin" / "python.lua"
+    ftplugin.parent.mkdir(parents=True)
+    ftplugin.write_text("_G.server_started_before_ftplugin = require('codecue')._server.client() ~= nil\n")
+    nvim, log = start("auto")
+    nvim.edit(tmp_path / "notes.txt", "plain text\n")
+    assert nvim.lua("return require('codecue')._server.client() == nil")
+    open_python(nvim, tmp_path)
+    assert nvim.lua("return _G.server_started_before_ftplugin") is True
+    nvim.type("i" + TYPED)
+    nvim.wait_for(lambda: nvim.visible() == COMPLETION, "the early server's suggestion")
+    assert len(nvim.server_pids()) == 1
+    assert [e["event"] for e in read_log(log)].count("initialize") == 1
+
+
 def test_killed_server_is_reported_once_and_recovered(start, tmp_path):
     nvim, log = start("auto")
     open_python(nvim, tmp_path)

@@ -11,7 +11,7 @@
 //   CODECUE_E2E_SCREENSHOT  where to write the screenshot (default: editor_clients/screenshots/vscode-ghost-text.png)
 //   CODECUE_E2E_VSIX        the extension to install (default: editor_clients/vscode/codecue.vsix)
 //   CODECUE_E2E_SERVER      the codecue executable (default: .venv/bin/codecue, else `codecue` on PATH)
-//   CODECUE_E2E_SERVER_ARGS JSON list for codecue.serverArgs (default: ["serve","--stdio","--in-process"])
+//   CODECUE_E2E_SERVER_ARGS JSON list for codecue.serverArgs (default: ["serve","--stdio"], through the daemon)
 //   CODECUE_E2E_MAX_TOKENS  codecue.maxTokens (default: 48)
 //   CODECUE_E2E_NODE        node binary that runs code-server (default: this node)
 //   CODECUE_E2E_CHROMIUM    Chromium binary (default: /usr/bin/chromium)
@@ -36,7 +36,7 @@ const screenshotPath = path.resolve(env.CODECUE_E2E_SCREENSHOT || path.join(repo
 const vsix = path.resolve(env.CODECUE_E2E_VSIX || path.join(repo, 'editor_clients/vscode/codecue.vsix'));
 const venvServer = path.join(repo, '.venv/bin/codecue');
 const serverPath = env.CODECUE_E2E_SERVER || (fs.existsSync(venvServer) ? venvServer : 'codecue');
-const serverArgs = env.CODECUE_E2E_SERVER_ARGS ? JSON.parse(env.CODECUE_E2E_SERVER_ARGS) : ['serve', '--stdio', '--in-process'];
+const serverArgs = env.CODECUE_E2E_SERVER_ARGS ? JSON.parse(env.CODECUE_E2E_SERVER_ARGS) : ['serve', '--stdio'];
 const maxTokens = Number(env.CODECUE_E2E_MAX_TOKENS || 48);
 const nodeBin = env.CODECUE_E2E_NODE || process.execPath;
 const chromiumBin = env.CODECUE_E2E_CHROMIUM || '/usr/bin/chromium';
@@ -58,6 +58,9 @@ const spawnedAtFile = path.join(tmp, 'server-spawned-at');
 const extensionsDir = path.join(tmp, 'extensions');
 const workspace = path.join(tmp, 'workspace');
 const browserProfile = path.join(tmp, 'chromium-profile');
+// The server runs as a user's VS Code runs it, through the per-user daemon, in a runtime directory of the
+// test's own (a daemon the user runs is neither used nor stopped); the daemon is stopped at the end.
+const runtimeDir = path.join(tmp, 'runtime');
 const codeServerLog = path.join(tmp, 'code-server.log');
 
 const FILE_NAME = 'stats_helpers.py';
@@ -159,7 +162,12 @@ async function startCodeServer(port) {
     {
       stdio: ['ignore', out, out],
       detached: true,
-      env: { ...env, CODECUE_E2E: '1', CODECUE_CONFIG_DIR: env.CODECUE_CONFIG_DIR || path.join(tmp, 'codecue-config') },
+      env: {
+        ...env,
+        CODECUE_E2E: '1',
+        CODECUE_CONFIG_DIR: env.CODECUE_CONFIG_DIR || path.join(tmp, 'codecue-config'),
+        CODECUE_RUNTIME_DIR: runtimeDir,
+      },
     },
   );
   const deadline = Date.now() + 60_000;
@@ -422,6 +430,7 @@ try {
     await context?.close();
   } catch {}
   stopCodeServer();
+  spawnSync(serverPath, ['daemon', 'stop'], { env: { ...env, CODECUE_RUNTIME_DIR: runtimeDir }, stdio: 'ignore', timeout: 60_000 });
   if (code !== 0) {
     for (const f of findFiles(path.join(userDataDir, 'logs'), 'CodeCue.log')) {
       const text = fs.readFileSync(f, 'utf8');

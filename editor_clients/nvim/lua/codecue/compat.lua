@@ -2,6 +2,7 @@
 local M = {}
 
 M.has_011 = vim.fn.has('nvim-0.11') == 1
+M.has_012 = vim.fn.has('nvim-0.12') == 1
 
 --- Is the built-in vim.lsp.inline_completion (Neovim 0.12+) available?
 ---@return boolean

@@ -131,6 +131,12 @@ function M.setup(opts)
       end
     end,
   })
+  api.nvim_create_autocmd('BufReadPre', {
+    group = augroup,
+    callback = function(args)
+      server.start_early(args.buf)
+    end,
+  })
   api.nvim_create_autocmd({ 'InsertEnter', 'TextChangedI' }, {
     group = augroup,
     callback = function(args)

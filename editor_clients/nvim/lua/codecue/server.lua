@@ -32,7 +32,8 @@ end
 --- The last line the server wrote to stderr since it started, from the LSP log, if any. Neovim logs a
 --- server's stderr there; it is where "model not found" and similar reasons end up.
 ---@return string|nil
-local function last_stderr_line()
+---@param since integer where in the log this server's lines start
+local function last_stderr_line(since)
   local ok, path = pcall(vim.lsp.log.get_filename)
   if not ok or not path then
     return nil
@@ -43,7 +44,7 @@ local function last_stderr_line()
   end
   local stat = vim.uv.fs_fstat(fd)
   local size = stat and stat.size or 0
-  local from = math.max(log_offset, size - 65536)
+  local from = math.max(since, size - 65536)
   local data = size > from and vim.uv.fs_read(fd, size - from, from) or ''
   vim.uv.fs_close(fd)
   local found = nil
@@ -137,22 +138,36 @@ local function on_exit(code, signal, client_id)
     return
   end
   silence_builtin_exit_warning()
+  local since = log_offset
   vim.schedule(function()
     local was_running = M.state == 'running'
     M.state = 'down'
     M.failures = M.failures + 1
-    local reason = last_stderr_line()
+    local first_failure = M.failures == 1
     local how = signal ~= 0 and ('killed by signal %d'):format(signal) or ('exit code %d'):format(code)
-    M.last_error = reason and ('%s (%s)'):format(reason, how) or how
-    -- One message per outage: when it goes down, not on every failed restart.
-    if was_running or M.failures == 1 then
-      notify(
-        ('the completion server stopped: %s. Restarting in the background; :CodeCue status for details.'):format(
-          M.last_error
-        ),
-        vim.log.levels.ERROR
-      )
+    -- The server's last words can reach the LSP log after its exit is reported (an exit during a blocking
+    -- call, such as the Python ftplugin's provider probe, is handled first): a server that exited by itself
+    -- is given a moment for them.
+    local tries = signal == 0 and 10 or 0
+    local function report()
+      local reason = last_stderr_line(since)
+      if not reason and tries > 0 then
+        tries = tries - 1
+        vim.defer_fn(report, 100)
+        return
+      end
+      M.last_error = reason and ('%s (%s)'):format(reason, how) or how
+      -- One message per outage: when it goes down, not on every failed restart.
+      if was_running or first_failure then
+        notify(
+          ('the completion server stopped: %s. Restarting in the background; :CodeCue status for details.'):format(
+            M.last_error
+          ),
+          vim.log.levels.ERROR
+        )
+      end
     end
+    report()
     schedule_retry()
   end)
 end
@@ -165,13 +180,11 @@ local function root_dir(bufnr)
   return root or vim.fn.getcwd()
 end
 
---- Start the client if needed and attach it to `bufnr`.
+--- Start the client if needed; attach it to `bufnr` unless `attach` is false.
 ---@param bufnr integer
+---@param attach boolean
 ---@return integer|nil client_id
-function M.attach(bufnr)
-  if M.state == 'disabled' or not M.wants(bufnr) then
-    return nil
-  end
+local function start(bufnr, attach)
   local options = config.options
   local cmd = options.cmd
   if vim.fn.executable(cmd[1]) ~= 1 then
@@ -216,6 +229,7 @@ function M.attach(bufnr)
     on_exit = on_exit,
   }, {
     bufnr = bufnr,
+    attach = attach,
     reuse_client = function(client, _)
       return client.name == M.name and not compat.is_stopped(client)
     end,
@@ -227,6 +241,32 @@ function M.attach(bufnr)
     M.pid = rpc and rpc.pid or nil
   end
   return client_id
+end
+
+--- Start the client if needed and attach it to `bufnr`.
+---@param bufnr integer
+---@return integer|nil client_id
+function M.attach(bufnr)
+  if M.state == 'disabled' or not M.wants(bufnr) then
+    return nil
+  end
+  return start(bufnr, true)
+end
+
+--- Start the server for a file about to be read whose name makes it a wanted filetype, without attaching
+--- (FileType attaches it). Neovim runs the filetype's own plugins before FileType reaches this plugin, and
+--- for Python `has('python3')` probes for a Python provider (1.1-1.3 s on a 2-core AMD EPYC): the server
+--- starts up meanwhile. Needs `attach = false` in vim.lsp.start (0.12 here; older versions start at FileType).
+---@param bufnr integer
+function M.start_early(bufnr)
+  if not compat.has_012 or M.state == 'disabled' or M.state == 'down' or M.client() or vim.bo[bufnr].buftype ~= '' then
+    return
+  end
+  local name = api.nvim_buf_get_name(bufnr)
+  local filetype = name ~= '' and vim.filetype.match({ filename = name }) or nil
+  if filetype and vim.tbl_contains(config.options.filetypes, filetype) then
+    start(bufnr, false)
+  end
 end
 
 --- Attach every wanted buffer (which starts the server).
