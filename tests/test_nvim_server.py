@@ -11,11 +11,8 @@ import importlib.util
 import itertools
 import os
 import re
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,9 +29,9 @@ TYPED = "print(x"
 MAX_TOKENS = 24
 
 
-def serve_cmd(target: Path | str, draft: Path | str) -> list[str]:
+def serve_cmd(target: Path | str, draft: Path | str, in_process: bool = True) -> list[str]:
     return [
-        sys.executable, "-m", "codecue.cli", "serve", "--stdio", "--in-process",
+        sys.executable, "-m", "codecue.cli", "serve", "--stdio", *(["--in-process"] if in_process else []),
         "--target", str(target), "--draft", str(draft),
     ]  # fmt: skip
 
@@ -240,11 +237,12 @@ def test_missing_model_is_one_clear_message(start, tmp_path):
 
 
 @pytest.mark.realmodels
-def test_real_pair_ghost_text_and_accept(start, tmp_path, real_models):
+def test_real_pair_ghost_text_and_accept(runtime, start, tmp_path, real_models):
     """Also the cold start as a user meets it: the server as Neovim runs it by default (through the per-user
-    daemon), the machine's own cache (models fetched, native checks and costs cached), and the time from the
-    spawn and from opening the file to the first ghost text drawn, printed for the record (not asserted: the
-    machines are noisy)."""
+    daemon, in the test's own runtime dir: set up before Neovim starts and stopped after it closes), the
+    machine's own cache (models fetched, native checks and costs cached), and the time from the spawn and
+    from opening the file to the first ghost text drawn, printed for the record (not asserted: the machines
+    are noisy)."""
     from codecue.backends.cpu_class import cpu_class
     from codecue.paths import cache_dir
 
@@ -253,32 +251,23 @@ def test_real_pair_ghost_text_and_accept(start, tmp_path, real_models):
     # the spawn (what Neovim does before it, its Python ftplugin among it, is Neovim's).
     spawned_at = tmp_path / "spawned-at"
     spawn_clock = ["sh", "-c", '[ -e "$0" ] || date +%s.%N > "$0"; exec "$@"', str(spawned_at)]
-    # A private runtime directory: a daemon the user runs is neither used nor stopped.
-    runtime_env = {"CODECUE_RUNTIME_DIR": tempfile.mkdtemp(prefix="codecue-nvim-")}
-    serve = [sys.executable, "-m", "codecue.cli", "serve", "--stdio", "--target", str(target), "--draft", str(draft)]
-    nvim = start(setup={"cmd_env": runtime_env}, cmd=[*spawn_clock, *serve], cache_dir=cache_dir())
-    try:
-        path = tmp_path / "fib.py"
-        opened = time.perf_counter()
-        nvim.edit(path, "def fibonacci(n):\n    if n < 2:\n        return n\n    return \n")
-        nvim.wait_attached()  # typed as soon as the server answers initialize: the models load meanwhile
-        nvim.nvim.command("call cursor(4, 1)")
-        nvim.nvim.command("startinsert!")
-        nvim.type("fib")
-        nvim.wait_for(lambda: nvim.visible(), "the first ghost text", timeout=300)
-        cold_ms, shown_at = (time.perf_counter() - opened) * 1e3, time.time()
-        from_spawn_ms = (shown_at - float(spawned_at.read_text())) * 1e3
-        print(f"\nNeovim cold start ({cpu_class()} class): first ghost text {from_spawn_ms:.0f} ms after Neovim "
-              f"spawned the server, {cold_ms:.0f} ms after opening the file", file=sys.__stderr__)
-        [final] = nvim.wait_for(lambda: final_events(nvim), "a completion from the real pair", timeout=300)
-        text = final["text"]
-        nvim.wait_for(lambda: nvim.visible() == text, "it drawn")
-        # The recursive call, whether the model names the function in full or as typed.
-        assert re.search(r"fib\w*\(n ?- ?1\)", "fib" + text), text
-        nvim.type("<M-l>")
-        nvim.wait_for(lambda: "fib" + text in nvim.text(), "accepted")
-    finally:
-        nvim.close()  # first: its plugin would start the server (and a daemon) again
-        subprocess.run([sys.executable, "-m", "codecue.cli", "daemon", "stop"], env={**os.environ, **runtime_env},
-                       capture_output=True, timeout=60)
-        shutil.rmtree(runtime_env["CODECUE_RUNTIME_DIR"], ignore_errors=True)
+    nvim = start(cmd=[*spawn_clock, *serve_cmd(target, draft, in_process=False)], cache_dir=cache_dir())
+    path = tmp_path / "fib.py"
+    opened = time.perf_counter()
+    nvim.edit(path, "def fibonacci(n):\n    if n < 2:\n        return n\n    return \n")
+    nvim.wait_attached()  # typed as soon as the server answers initialize: the models load meanwhile
+    nvim.nvim.command("call cursor(4, 1)")
+    nvim.nvim.command("startinsert!")
+    nvim.type("fib")
+    nvim.wait_for(lambda: nvim.visible(), "the first ghost text", timeout=300)
+    cold_ms, shown_at = (time.perf_counter() - opened) * 1e3, time.time()
+    from_spawn_ms = (shown_at - float(spawned_at.read_text())) * 1e3
+    print(f"\nNeovim cold start ({cpu_class()} class): first ghost text {from_spawn_ms:.0f} ms after Neovim spawned "
+          f"the server, {cold_ms:.0f} ms after opening the file", file=sys.__stderr__)
+    [final] = nvim.wait_for(lambda: final_events(nvim), "a completion from the real pair", timeout=300)
+    text = final["text"]
+    nvim.wait_for(lambda: nvim.visible() == text, "it drawn")
+    # The recursive call, whether the model names the function in full or as typed.
+    assert re.search(r"fib\w*\(n ?- ?1\)", "fib" + text), text
+    nvim.type("<M-l>")
+    nvim.wait_for(lambda: "fib" + text in nvim.text(), "accepted")

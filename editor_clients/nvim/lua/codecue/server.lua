@@ -69,12 +69,13 @@ local function remember_log_offset()
 end
 
 ---@param bufnr integer
+---@param filetype string|nil the buffer's, where not given
 ---@return boolean
-function M.wants(bufnr)
+function M.wants(bufnr, filetype)
   if not api.nvim_buf_is_valid(bufnr) or vim.bo[bufnr].buftype ~= '' then
     return false
   end
-  return vim.tbl_contains(config.options.filetypes, vim.bo[bufnr].filetype)
+  return vim.tbl_contains(config.options.filetypes, filetype or vim.bo[bufnr].filetype)
 end
 
 --- Buffers that should have the client attached.
@@ -259,12 +260,12 @@ end
 --- starts up meanwhile. Needs `attach = false` in vim.lsp.start (0.12 here; older versions start at FileType).
 ---@param bufnr integer
 function M.start_early(bufnr)
-  if not compat.has_012 or M.state == 'disabled' or M.state == 'down' or M.client() or vim.bo[bufnr].buftype ~= '' then
+  if not compat.has_012 or M.state == 'disabled' or M.state == 'down' or M.client() then
     return
   end
   local name = api.nvim_buf_get_name(bufnr)
   local filetype = name ~= '' and vim.filetype.match({ filename = name }) or nil
-  if filetype and vim.tbl_contains(config.options.filetypes, filetype) then
+  if filetype and M.wants(bufnr, filetype) then
     start(bufnr, false)
   end
 end
