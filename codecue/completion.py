@@ -331,48 +331,55 @@ class Completer:
         return KPolicy.for_served(self.runtime, *self.names, draft_model=self.draft is not None,
                                   profile_path=profile_path)
 
-    def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = 16) -> int:
+    def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = 16, *,
+             fresh: bool = False) -> int:
         """Evaluate ``prompt`` into the target's KV cache ahead of a request, then into the draft's (which
         reads it too before drafting), ``step`` tokens at a time, checking ``cancelled`` between steps: a
         real request waits for one step at most. Returns how many tokens the target evaluated (what its
         cache did not hold already). A warm-up cancelled between the chunks it shifts keeps what it
-        placed; the chunks not placed yet are dropped."""
+        placed; the chunks not placed yet are dropped.
+
+        ``fresh``: then evaluate again what the target's cache kept by shifting (:meth:`CachedSequence.refresh`),
+        so that a request here decodes what a fresh evaluation of its prompt gives (the draft's cache only
+        affects speed). Cancelled part-way, the cache keeps the old entries of what was not reached."""
         fed = 0
         with self.lock:
             for seq in (self.target, self.draft):
                 if seq is None:
                     continue
-                steps = seq.prefill(prompt, step)
-                try:
-                    while not (cancelled is not None and cancelled()):
-                        started = time.perf_counter()
-                        evaluated = next(steps, None)
-                        if evaluated is None:
-                            break
-                        if seq is self.target:
-                            fed += evaluated
-                            # A bare evaluation, nothing else timed: ``step`` tokens already measure the prefill.
-                            self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=step)
-                    else:
-                        return fed
-                finally:
-                    steps.close()
+                stages = [seq.prefill(prompt, step)] + ([seq.refresh(step)] if fresh and seq is self.target else [])
+                for steps in stages:
+                    try:
+                        while not (cancelled is not None and cancelled()):
+                            started = time.perf_counter()
+                            evaluated = next(steps, None)
+                            if evaluated is None:
+                                break
+                            if seq is self.target:
+                                fed += evaluated
+                                # A bare evaluation, nothing else timed: ``step`` tokens measure the prefill.
+                                self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=step)
+                        else:
+                            return fed
+                    finally:
+                        steps.close()
         return fed
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
                      path: str | None = None, cancelled: Callable[[], bool] | None = None,
-                     decoding: DecodingSettings | None = None, within_ms: float | None = None) -> int:
+                     decoding: DecodingSettings | None = None, within_ms: float | None = None,
+                     fresh: bool = False) -> int:
         """:meth:`warm` for the full prompt of this cursor position under ``decoding`` (None: the
         completer's settings). With ``within_ms``, the full prompt only where this machine evaluates what
         its cache lacks of it within that long; elsewhere the prompt a request there sends first (the
         window around the cursor, :meth:`build_prompt`), so that the pause after a jump readies the first
-        suggestion instead of a part of a prompt no request uses."""
+        suggestion instead of a part of a prompt no request uses. ``fresh``: as in :meth:`warm`."""
         budget = prompt_budget(self._settings(decoding))
         prompt = self.build_prompt(prefix, suffix, extra_context, path=path, full=True, budget=budget)
         if (within_ms is not None and self.prefill_ms_per_token is not None
                 and self.uncached(prompt) * self.prefill_ms_per_token > within_ms):
             prompt = self.build_prompt(prefix, suffix, extra_context, path=path, budget=budget)
-        return self.warm(prompt, cancelled)
+        return self.warm(prompt, cancelled, fresh=fresh)
 
     def reset_caches(self) -> None:
         with self.lock:

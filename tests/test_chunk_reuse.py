@@ -464,6 +464,94 @@ def test_a_prefill_stopped_between_steps_keeps_a_prefix_and_no_held_chunk(backen
     assert seq.tokens == new
 
 
+# -- (f) a refresh: what shifting kept, evaluated again ---------------------------------------------------
+
+
+def _fresh_rows(reference, tokens: list[int], n_logits: int):
+    reference.reset()
+    return reference.forward(tokens, n_logits)
+
+
+@needs_llama_cpp
+def test_a_refresh_evaluates_only_what_follows_the_first_shifted_chunk_and_equals_a_fresh_evaluation(
+        backends, monkeypatch) -> None:
+    target = backends["target"]
+    new = EDITS["insertion"]
+    seq = _holding(target, OLD)
+    keep, [chunk] = seq.plan(new, 1)
+    seq.sync(new, 1)
+    assert seq.fresh_length == chunk.moved_to == 94  # the 14 inserted tokens were evaluated fresh
+    shifted = seq.sync(new, 4)
+    fresh = _fresh_rows(backends["reference"], new, 4)
+    assert float(abs(shifted - fresh).max()) > 5 * NOISE  # the stale context (see above)
+
+    decoded = count_decodes(target, monkeypatch)
+    steps = list(seq.refresh(16))
+    assert sum(decoded) == sum(steps) == len(new) - 94 and max(steps) == 16  # counted at llama.cpp's decode
+    assert seq.tokens == new and target.length == len(new) and seq.fresh_length == len(new)
+    assert held_positions(target) == (len(new) - 1, -1)  # the old entries are gone
+    assert_close(seq.sync(new, 4), fresh, atol=NOISE, rtol=0)
+    decoded.clear()
+    assert list(seq.refresh(16)) == [] and decoded == []  # fresh already: nothing to do
+
+
+@needs_llama_cpp
+def test_a_refresh_stopped_part_way_keeps_the_old_entries_where_it_did_not_reach(backends, monkeypatch) -> None:
+    target = backends["target"]
+    new = EDITS["insertion"]
+    seq = _holding(target, OLD)
+    seq.sync(new, 1)
+    before = seq.sync(new, 1)  # the last token evaluated again: the state the refresh starts from
+    steps = seq.refresh(16)
+    assert next(steps) == 16 and next(steps) == 16
+    assert held_positions(target)[1] == len(new) - 1  # the old entries wait aside, unmoved
+    steps.close()
+    assert seq.tokens == new and target.length == len(new) and held_positions(target) == (len(new) - 1, -1)
+    assert seq.fresh_length == 94 + 32
+    # The rest is the old entries, so the answer is not yet the fresh one, nor the one before.
+    fresh = _fresh_rows(backends["reference"], new, 1)
+    assert float(abs(seq.sync(new, 1) - fresh).max()) > 5 * NOISE
+    assert not same(seq.sync(new, 1), before)
+
+    decoded = count_decodes(target, monkeypatch)
+    list(seq.refresh(64))  # the next idle time goes on from there
+    assert sum(decoded) == len(new) - 94 - 32 and seq.fresh_length == len(new)
+    assert_close(seq.sync(new, 1), fresh, atol=NOISE, rtol=0)
+
+
+@needs_llama_cpp
+def test_a_refresh_without_room_for_both_copies_or_a_second_sequence_leaves_the_cache(
+        backends, tokenizer, monkeypatch) -> None:
+    before, after = prompts(tokenizer, source(16), edited(source(16), at=0.05))
+    seq = _holding(backends["target"], before)
+    seq.sync(after, 1)
+    assert 2 * len(after) - seq.fresh_length > N_CTX  # the edit is early in a long prompt
+    decoded = count_decodes(backends["target"], monkeypatch)
+    assert list(seq.refresh(16)) == [] and decoded == [] and seq.tokens == after
+
+    plain = _holding(backends["unshifting"], OLD)
+    plain.truncate(80)
+    plain.sync(OLD, 1)  # no shifting here: every entry is fresh
+    assert plain.fresh_length == len(OLD) and list(plain.refresh(16)) == []
+    assert not backends["unshifting"].can_set_aside and backends["target"].can_set_aside
+
+
+@needs_llama_cpp
+def test_greedy_decoding_after_a_refresh_equals_it_after_a_fresh_evaluation(backends, tokenizer) -> None:
+    """Token for token, on prompts where the shifted cache's answer differs from the fresh one."""
+    target = backends["target"]
+    before, after = prompts(tokenizer, source(6), edited(source(6), at=0.1))
+    backends["reference"].reset()
+    expected = _generate(CachedSequence(backends["reference"]), None, after, 0, tokenizer).tokens
+    shifted = _generate(_holding(target, before), None, after, 0, tokenizer).tokens
+    assert shifted != expected  # measured: they part at the 8th new token
+    seq = _holding(target, before)
+    seq.sync(after, 1)
+    assert seq.shifted_tokens > 0.7 * len(after)
+    list(seq.refresh(16))
+    assert _generate(seq, None, after, 0, tokenizer).tokens == expected
+
+
 # -- (e) backends that cannot shift ----------------------------------------------------------------------
 
 
@@ -572,6 +660,27 @@ def test_the_completer_setting_turns_chunk_reuse_on_and_off_per_request(ggufs, t
     finally:
         target.close()
         draft.close()
+
+
+@needs_llama_cpp
+def test_a_fresh_warm_up_refreshes_the_target_and_gives_way_to_a_request(ggufs, tokenizer) -> None:
+    from codecue.completion import Completer
+
+    target = llamacpp.LlamaCppBackend.load(ggufs["target"], n_ctx=N_CTX)
+    try:
+        completer = Completer(tokenizer, target, None, DecodingSettings(draft_mode="ngram", first_text_ms=0))
+        text, later = source(), edited(source(), at=0.5)
+        completer.warm_context(text, "\n")
+        completer.warm_context(later, "\n")  # a warm-up shifts
+        held, fresh = list(completer.target.tokens), completer.target.fresh_length
+        assert fresh < 0.7 * len(held)
+        polls = iter([False, False, True])  # the prompt is held; one refresh step; then a request comes
+        completer.warm_context(later, "\n", fresh=True, cancelled=lambda: next(polls))
+        assert completer.target.tokens == held and completer.target.fresh_length == fresh + 16
+        completer.warm_context(later, "\n", fresh=True)  # idle again: it goes on, to the end
+        assert completer.target.tokens == held and completer.target.fresh_length == len(held)
+    finally:
+        target.close()
 
 
 def test_the_setting_is_checked_and_travels_as_a_flag_and_a_wire_field() -> None:

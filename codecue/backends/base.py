@@ -47,6 +47,13 @@ class Backend(Protocol):
     ``place_chunk(length)`` appends the held chunk that starts at the current length (it has ``length``
     entries) without evaluating anything. ``truncate``, ``reset`` and a failed ``forward`` drop whatever is
     still held; a ``forward`` must not reach into a held chunk's positions.
+
+    ``can_set_aside`` with ``set_aside`` and ``restore_aside`` (re-evaluate cached positions with the old
+    entries kept until the new ones are complete: :meth:`CachedSequence.refresh`): ``set_aside(start)``
+    keeps positions ``start..`` aside as they are and drops them from the sequence (the length becomes
+    ``start``), so that ``forward`` evaluates them anew; ``restore_aside()`` puts back the positions the
+    sequence has not reached again and drops the rest. ``truncate``, ``reset``, ``hold_chunks`` and a
+    failed ``forward`` drop what is set aside; ``restore_aside`` then has nothing to do.
     """
 
     name: str
@@ -75,6 +82,13 @@ class Backend(Protocol):
     def hold_chunks(self, keep: int, chunks: Sequence[Chunk]) -> None: ...
 
     def place_chunk(self, length: int) -> None: ...
+
+    @property
+    def can_set_aside(self) -> bool: ...
+
+    def set_aside(self, start: int) -> None: ...
+
+    def restore_aside(self) -> None: ...
 
     def close(self) -> None: ...
 
@@ -184,6 +198,20 @@ class BackendBase(ABC):
     def place_chunk(self, length: int) -> None:
         """See :class:`Backend`; only where ``can_shift``."""
         raise NotImplementedError(f"the {self.name} backend cannot shift cached positions")
+
+    @property
+    def can_set_aside(self) -> bool:
+        """Whether cached positions can wait aside while they are evaluated anew (:meth:`set_aside`);
+        not by default."""
+        return False
+
+    def set_aside(self, start: int) -> None:
+        """See :class:`Backend`; only where ``can_set_aside``."""
+        raise NotImplementedError(f"the {self.name} backend cannot set cached positions aside")
+
+    def restore_aside(self) -> None:
+        """See :class:`Backend`; only where ``can_set_aside``."""
+        raise NotImplementedError(f"the {self.name} backend cannot set cached positions aside")
 
     def close(self) -> None:
         """Free what the backend holds outside Python's heap; nothing to do by default."""
@@ -316,6 +344,10 @@ class CachedSequence:
     they were first evaluated in (docs/how-it-works.md, "Chunk reuse"). ``min_chunk`` 0, or a backend
     that cannot shift: prefix reuse only.
 
+    ``fresh_length``: how many first positions hold what evaluating the tokens into an empty cache would
+    (up to the rounding of other call sizes): none kept by shifting, none evaluated after one.
+    :meth:`refresh` evaluates the rest again.
+
     Counters (totals since creation): ``fed_tokens`` evaluated, ``reused_tokens`` kept from the cache
     (prefix and chunks), ``shifted_tokens`` of those kept by shifting.
     """
@@ -328,6 +360,7 @@ class CachedSequence:
         self.fed_tokens = 0  # how many tokens were evaluated in total: a measure of reuse
         self.reused_tokens = 0
         self.shifted_tokens = 0
+        self.fresh_length = 0
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -341,11 +374,13 @@ class CachedSequence:
     def reset(self) -> None:
         self.backend.reset()
         self.tokens = []
+        self.fresh_length = 0
 
     def truncate(self, length: int) -> None:
         if length < len(self.tokens):
             self.backend.truncate(length)
             del self.tokens[length:]
+            self.fresh_length = min(self.fresh_length, length)
 
     def plan(self, tokens: Sequence[int], n_logits: int = 0) -> tuple[int, list[Chunk]]:
         """What a sync to ``tokens`` keeps: the common prefix's length, and the chunks moved after it."""
@@ -381,6 +416,7 @@ class CachedSequence:
             self.reset()
         keep, chunks = self.plan(tokens, n_logits)
         self.reused_tokens += keep
+        self.fresh_length = min(self.fresh_length, keep)
         if chunks:
             self.backend.hold_chunks(keep, chunks)
             del self.tokens[keep:]
@@ -403,6 +439,27 @@ class CachedSequence:
             raise
         return (yield from self._evaluate(tokens[at:], n_logits, step))
 
+    def refresh(self, step: int) -> Generator[int, None, None]:
+        """Evaluate again what the cache holds past :attr:`fresh_length`, ``step`` tokens at a time
+        (yielding each step's size), so that a completion from it is the one a fresh evaluation of its
+        tokens gives. The old entries wait aside meanwhile: stopped part-way (closing the iterator), the
+        cache holds the same tokens as before, the part evaluated again now fresh. Nothing to do where the
+        backend cannot set positions aside or lacks the room for both copies: the cache stays as it is."""
+        if step < 1:
+            raise ValueError(f"step must be >= 1, got {step}")
+        start, tokens = self.fresh_length, list(self.tokens)
+        if (start >= len(tokens) or not getattr(self.backend, "can_set_aside", False)
+                or 2 * len(tokens) - start > self.backend.max_length):
+            return
+        self.backend.set_aside(start)
+        del self.tokens[start:]
+        try:
+            yield from self._evaluate(tokens[start:], 0, step)
+        finally:
+            # Complete, this only drops the old entries; a failed evaluation dropped them already.
+            self.backend.restore_aside()
+            self.tokens.extend(tokens[len(self.tokens) : self.backend.length])
+
     def extend(self, new_tokens: Sequence[int], n_logits: int | None = None) -> Logits:
         """Feed ``new_tokens`` (in chunks for long prefills) and return the last ``n_logits`` rows."""
         new_tokens = list(new_tokens)
@@ -424,6 +481,8 @@ class CachedSequence:
                 # The backend may hold a partial chunk now; make our view agree with it.
                 self.backend.truncate(len(self.tokens))
                 raise
+            if self.fresh_length == len(self.tokens):
+                self.fresh_length += len(chunk)
             self.tokens.extend(chunk)
             self.fed_tokens += len(chunk)
             start += len(chunk)

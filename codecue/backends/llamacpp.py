@@ -8,6 +8,8 @@ Chunk reuse (``hold_chunks``/``place_chunk``) parks cached chunks in a second se
 the tokens before them are evaluated, with their positions already shifted (``llama_memory_seq_add``), and
 moves each back into sequence 0 when the sequence reaches it: llama.cpp evaluates a sequence's new tokens
 only right after its last position, so a chunk cannot wait in sequence 0 behind tokens not yet evaluated.
+A refresh (``set_aside``/``restore_aside``) keeps the old entries in that sequence, unmoved, while sequence 0
+evaluates the same positions again.
 
 llama-cpp-python is an optional dependency (``pip install 'codecue[llamacpp]'``) that compiles llama.cpp
 when installed from source; it is imported lazily, and a missing or broken install raises
@@ -172,8 +174,10 @@ class LlamaCppBackend(BackendBase):
         self.repack = repack
         # Shifting needs the second sequence and a memory whose positions can move (not recurrent models,
         # nor M-RoPE ones: llama_memory_can_shift).
+        self._two_sequences = shift
         self._can_shift = shift and bool(lib.llama_memory_can_shift(self._memory))
         self._held: dict[int, int] = {}  # held chunks: position moved to -> length
+        self._aside: tuple[int, int] | None = None  # positions set aside, start and end, in sequence HELD
 
     @classmethod
     def load(
@@ -202,7 +206,8 @@ class LlamaCppBackend(BackendBase):
         check must use the same setting: even one-token logits differ between the two layouts.
 
         ``shift`` gives the context a second sequence to hold chunks in (one unified KV buffer, so holding
-        a chunk is bookkeeping, not a copy), which chunk reuse needs; ``can_shift`` also asks the model.
+        a chunk is bookkeeping, not a copy), which chunk reuse and a refresh need; ``can_shift`` also asks
+        the model.
         One sequence's decoding is the same either way (a test checks the logits bit for bit).
         """
         lib = _load_lib()
@@ -303,6 +308,7 @@ class LlamaCppBackend(BackendBase):
         self._lib.llama_memory_clear(self._memory, False)  # metadata only: cells are overwritten on reuse
         self._length = 0
         self._held = {}
+        self._aside = None
 
     def hold_chunks(self, keep: int, chunks: Sequence[Chunk]) -> None:
         """Keep positions ``0..keep``, set ``chunks`` aside in sequence :data:`HELD` at their new
@@ -350,9 +356,45 @@ class LlamaCppBackend(BackendBase):
         del self._held[start]
         self._length = start + length
 
+    @property
+    def can_set_aside(self) -> bool:
+        return self._two_sequences
+
+    def set_aside(self, start: int) -> None:
+        """Keep positions ``start..`` in sequence :data:`HELD` as they are and drop them from sequence 0
+        (see :class:`codecue.backends.base.Backend`): the same cells, now in the held sequence only, so the
+        KV buffer needs room for the positions evaluated again beside them."""
+        self._check_open()
+        if not self._two_sequences:
+            raise NotImplementedError("this llama.cpp context has no second sequence")
+        if not 0 <= start <= self._length:
+            raise ValueError(f"start must be in 0..{self._length}, got {start}")
+        lib, memory = self._lib, self._memory
+        self._drop_held()
+        lib.llama_memory_seq_cp(memory, 0, HELD, start, self._length)
+        if not lib.llama_memory_seq_rm(memory, 0, start, -1):
+            self.reset()
+            return
+        self._aside = (start, self._length)
+        self._length = start
+
+    def restore_aside(self) -> None:
+        """Put back into sequence 0 the positions set aside that it has not reached again, then drop the
+        held sequence; nothing where nothing is set aside."""
+        self._check_open()
+        if self._aside is None:
+            return
+        _, end = self._aside
+        start = self._length
+        if start < end:
+            self._lib.llama_memory_seq_cp(self._memory, HELD, 0, start, end)
+            self._length = end
+        self._drop_held()
+
     def _drop_held(self) -> None:
-        if self._held:
+        if self._held or self._aside is not None:
             self._held = {}
+            self._aside = None
             self._lib.llama_memory_seq_rm(self._memory, HELD, -1, -1)
 
     # -- helpers ---------------------------------------------------------------------------------

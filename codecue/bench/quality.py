@@ -12,7 +12,10 @@ the cursor (before :func:`~codecue.engine.postprocess.tidy_completion` removes i
 shown completion stops in the right place (exactly the one line that was removed).
 
 Variants run one after another over all points (variant-major), so consecutive prompts of one variant
-share their beginning and the KV cache does the rest: the run measures quality, not speed.
+share their beginning and the KV cache does the rest: the run measures quality, not speed. A full prompt
+is decoded from the cache the server holds once it was idle at the place (what shifting kept evaluated
+again: ``Completer.warm(fresh=True)``); a ``/first`` prompt from the cache as the point before left it,
+shifted where runs of it reappear, as the first request after a jump finds it.
 
 Two variants stand for llama.vim: ``codecue/llama.vim`` renders a llama.vim-shaped prompt within CodeCue's
 budget and decodes it on CodeCue's own backend; ``llama-server/llama.vim`` is the peer itself, llama.vim's
@@ -498,6 +501,8 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
                 text = build(completer.tokenizer, point)
                 ids = completer.tokenizer.encode(text, add_special_tokens=False)
                 t0 = time.perf_counter()
+                if "/first" not in name:
+                    completer.warm(ids, fresh=True)
                 result = completer.generate_ids(ids, max_tokens=max_tokens, k=0, draft_mode="none",
                                                 stop_rule=stops[point.name])
                 record = score(point, name, result.text, result.stop_reason, len(ids),

@@ -184,10 +184,10 @@ def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, 
                 conn.send(("done", None))
                 continue
             if command == "warm":
-                _, _, prefix, suffix, extra_context, path, decoding, within_ms = message
+                _, _, prefix, suffix, extra_context, path, decoding, within_ms, fresh = message
                 conn.send(("done", completer.warm_context(prefix, suffix, extra_context, path=path,
                                                           cancelled=cancelled, decoding=decoding,
-                                                          within_ms=within_ms)))
+                                                          within_ms=within_ms, fresh=fresh)))
                 continue
             if command == "count":
                 conn.send(("done", completer.count_tokens(message[2])))
@@ -370,8 +370,9 @@ class CompleterProcess:
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
                      path: str | None = None, cancelled: Callable[[], bool] | None = None,
-                     decoding: DecodingSettings | None = None, within_ms: float | None = None) -> int:
-        return self._call("warm", prefix, suffix, tuple(extra_context), path, decoding, within_ms,
+                     decoding: DecodingSettings | None = None, within_ms: float | None = None,
+                     fresh: bool = False) -> int:
+        return self._call("warm", prefix, suffix, tuple(extra_context), path, decoding, within_ms, fresh,
                           cancelled=cancelled)
 
     def count_tokens(self, text: str) -> int:

@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Idle this long after a request, the worker warms that place's full prompt (the request itself may have
-# used a shorter one to show text sooner): longer than a pause between keystrokes, since a keystroke
-# arriving during the warm-up finds the short prompt's cache replaced.
+# used a shorter one to show text sooner) and evaluates again what its cache kept by shifting: longer
+# than a pause between keystrokes, since a keystroke arriving during the warm-up finds the short prompt's
+# cache replaced, and waits for the step being evaluated.
 REFINE_AFTER_S = 1.0
 
 
@@ -89,6 +90,9 @@ class GenerationJob:
     load_only: bool = False  # only load the models (an editor just connected); the result is None
     #: a warm-up's time limit for the full prompt (Completer.warm_context): None warms the full prompt
     warm_within_ms: float | None = None
+    #: a warm-up that also evaluates again what the cache kept by shifting (Completer.warm): the idle one
+    #: after a request, so that the place's next suggestion is what a fresh evaluation gives
+    warm_fresh: bool = False
     max_tokens: int = 64
     temperature: float = 0.0
     #: the cursor's language and context class: the K authority decides the draft depth from them once the
@@ -462,7 +466,7 @@ class ModelWorker:
                     _link_cancel(job, completer)
                     job.warmed_tokens = completer.warm_context(prefix, job.suffix, job.extra_context, path=job.path,
                                                                cancelled=job.poll_cancelled, decoding=decoding,
-                                                               within_ms=job.warm_within_ms)
+                                                               within_ms=job.warm_within_ms, fresh=job.warm_fresh)
                     job.warm_complete = not job.is_cancelled
                     job.future.set_result(None)
                     continue
@@ -485,14 +489,15 @@ class ModelWorker:
                 )
                 self.generations += 1
                 shown = tidy_completion(result.text, job.prefix, job.suffix, result.stop_reason)
-                if not job.background and budget.first_text_ms:
+                if not job.background:
                     # Before the answer goes out: a warm-up the editor asks for after it (the cursor moved
                     # on) must find this one to drop. One already waiting is for a newer place.
                     with self._cond:
                         if not any(waiting.warm_only for waiting in self._queue):
-                            self._refine = replace(job, background=True, warm_only=True, on_text=None,
-                                                   on_round=None, stop_rule=None, label=f"warm after {job.label}",
-                                                   future=Future(), _cancel=threading.Event())
+                            self._refine = replace(job, background=True, warm_only=True, warm_fresh=True,
+                                                   on_text=None, on_round=None, stop_rule=None,
+                                                   label=f"warm after {job.label}", future=Future(),
+                                                   _cancel=threading.Event())
                 job.future.set_result(replace(result, text=shown) if shown != result.text else result)
             except BaseException as exc:  # noqa: BLE001 - the job's owner reports it; the worker lives on
                 if isinstance(exc, ModelProcessCrashed):
