@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keystrokes", type=int, default=40, help="characters to type")
     parser.add_argument("--interval-ms", type=float, default=150.0,
                         help="time between typed characters (a slower typist sees slower suggestions)")
+    parser.add_argument("--pause-ms", type=float, default=700.0,
+                        help="the typist's pause after a space, a newline or punctuation (over 1 s: the server's "
+                             "idle work after a request runs in the pauses)")
     parser.add_argument("--enter-places", type=int, default=6, help="--layouts: places to press Enter at")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--llama-vim", action="store_true",
@@ -94,19 +97,21 @@ def run(args: argparse.Namespace) -> int:
     if args.layouts:
         layouts = run_layout_comparison(args.file, config, args.layouts, max_tokens=args.max_tokens,
                                         places=args.enter_places, interval_ms=args.interval_ms,
-                                        keystrokes=args.keystrokes)
+                                        pause_ms=args.pause_ms, keystrokes=args.keystrokes)
         print(format_replay_layouts(layouts))
         report: dict[str, Any] = {"layouts": layouts}
         codecue = {name: (r["typing"], r["enter"]) for name, r in layouts.items()}
     else:
         report = run_replay_pair(args.file, config, max_tokens=args.max_tokens, keystrokes=args.keystrokes,
-                                 interval_ms=args.interval_ms, enter_places=args.enter_places if args.llama_vim else 0)
+                                 interval_ms=args.interval_ms, pause_ms=args.pause_ms,
+                                 enter_places=args.enter_places if args.llama_vim else 0)
         print(format_replay_pair(report))
         codecue = {"CodeCue": (report["reuse"], report.get("enter"))}
     write_report(args.json_out, meta, report)
     if args.llama_vim:
         report["llama_vim"] = run_llama_vim_peer(args.file, config, max_tokens=args.max_tokens,
                                                  keystrokes=args.keystrokes, interval_ms=args.interval_ms,
+                                                 pause_ms=args.pause_ms,
                                                  places=args.enter_places)
         print(format_replay_peer(codecue, report["llama_vim"]))
         write_report(args.json_out, meta, report)
@@ -536,7 +541,7 @@ def run_replay_pair(file: str | Path, completer_config: CompletionConfig | None 
 
 def run_layout_comparison(file: str | Path, config: CompletionConfig, layouts: Sequence[str], *,
                           max_tokens: int = 32, places: int = 6, keystrokes: int = 40,
-                          interval_ms: float = 150.0) -> dict[str, Any]:
+                          interval_ms: float = 150.0, pause_ms: float = 700.0) -> dict[str, Any]:
     """The keystroke replay and the Enter replay for each prompt setting (reuse on), each on the pair
     loaded for that setting. A setting is a layout, optionally ``:full``: the full prompt even at a place
     the cache does not hold (``first_text_ms = 0``, what the server did before shorter first prompts)."""
@@ -555,7 +560,7 @@ def run_layout_comparison(file: str | Path, config: CompletionConfig, layouts: S
             first_text_ms=0 if mode == "full" else decoding.first_text_ms))
         with contextlib.closing(load_models(setting)) as models:
             typing = run_replay(file, reuse=True, completer=models, max_tokens=max_tokens, keystrokes=keystrokes,
-                                interval_ms=interval_ms)
+                                interval_ms=interval_ms, pause_ms=pause_ms)
             models.reset_caches()
             enter = run_enter_replay(file, models, places=places, max_tokens=max_tokens)
         out[name] = {"typing": typing, "enter": enter}

@@ -47,7 +47,9 @@ WINDOW_FLOOR = 192
 @dataclass(frozen=True)
 class PromptBudget:
     total: int = 1536  # tokens for prefix + suffix + extra context (the extra part is kept for context only)
-    suffix: int = 128  # the suffix is re-evaluated on every keystroke: keep it short
+    # What follows the cursor's line often shows the pattern the line follows (a call written the same way
+    # lines below); a short first window takes at most a quarter of its tokens (shorter_budgets).
+    suffix: int = 256
     extra: int = 256  # other open documents
     anchor_lines: int = 32
     layout: str = DEFAULT_LAYOUT  # one of LAYOUTS: where the suffix and the cursor line go
