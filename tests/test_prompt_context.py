@@ -409,6 +409,11 @@ def test_the_worker_warms_the_full_prompt_when_idle_and_a_request_cancels_it(mon
         started = time.monotonic()
         assert worker.submit(GenerationJob(config, "next", "")).result(timeout=10).text == "done"
         assert time.monotonic() - started < 5  # the warm-up (10 s unless cancelled) gave way at once
+        completer.running.clear()
+        assert completer.running.wait(10) and completer.started[-1] == "warm fresh"  # after "next" too
+        worker.submit(GenerationJob(config, "without work ahead", "", warm_after=False)).result(timeout=10)
+        time.sleep(1.0)  # five times the idle wait: nothing follows a request that asks for no work ahead
+        assert completer.started[-1] == "without work ahead"
     finally:
         worker.shutdown(unload=False)
 

@@ -196,6 +196,7 @@ class InlineCompletions:
             extra_context=self._context(request.uri, request.language_id, request.prefix, request.suffix),
             path=uri_to_path(request.uri),
             background=background,
+            warm_after=server.options.work_ahead,
             max_tokens=server.options.max_tokens,
             temperature=server.options.temperature,
             language=info.language,

@@ -93,6 +93,8 @@ class GenerationJob:
     #: a warm-up that also evaluates again what the cache kept by shifting (Completer.warm): the idle one
     #: after a request, so that the place's next suggestion is what a fresh evaluation gives
     warm_fresh: bool = False
+    #: idle time after this request warms its place that way (the server's ``workAhead`` option)
+    warm_after: bool = True
     max_tokens: int = 64
     temperature: float = 0.0
     #: the cursor's language and context class: the K authority decides the draft depth from them once the
@@ -489,7 +491,7 @@ class ModelWorker:
                 )
                 self.generations += 1
                 shown = tidy_completion(result.text, job.prefix, job.suffix, result.stop_reason)
-                if not job.background:
+                if not job.background and job.warm_after:
                     # Before the answer goes out: a warm-up the editor asks for after it (the cursor moved
                     # on) must find this one to drop. One already waiting is for a newer place.
                     with self._cond:
