@@ -278,7 +278,7 @@ class _UntilCancelled:
         return GenerationResult([], "", "cancelled", GenerationStats())
 
 
-def test_a_warm_up_replaces_an_older_one_in_the_worker_but_not_a_prefetch():
+def test_a_warm_up_gives_way_to_newer_work_ahead_in_the_worker_but_not_a_prefetch():
     from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server.worker import GenerationJob, ModelWorker
 
@@ -302,13 +302,14 @@ def test_a_warm_up_replaces_an_older_one_in_the_worker_but_not_a_prefetch():
         assert first.future.result(timeout=10) is None and first.is_cancelled and not first.warm_complete
         assert first.warmed_tokens == 16  # what it got through before it gave way
 
-        # A prefetch (a background generation) waits behind the warm-up, and a newer warm-up leaves it be.
+        # A prefetch (the suggestion after an accepted one, which a request may already wait for) does
+        # not wait behind an older warm-up (a refresh can run for 20 s), and a newer warm-up leaves it be.
         prefetch = GenerationJob(config, "prefetch", "", background=True)
         worker.submit(prefetch)
-        third = GenerationJob(config, "third place", "", background=True, warm_only=True)
-        worker.submit(third)
         assert second.future.result(timeout=10) is None and second.is_cancelled
         started("prefetch")
+        third = GenerationJob(config, "third place", "", background=True, warm_only=True)
+        worker.submit(third)
         assert not prefetch.is_cancelled
         prefetch.cancel()
         started("third place")

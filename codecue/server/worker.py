@@ -201,9 +201,10 @@ class ModelWorker:
                 # Work that only prepares the future never delays a request: drop it.
                 self._cancel_background_locked()
                 self._refine = None
-            elif job.warm_only:
-                # A warm-up for where the editor is now: an older one (the last request's place, an
-                # earlier cursor position) would only evict what this one evaluates.
+            else:
+                # Work ahead for where the editor is now (a warm-up, the suggestion after an accepted one):
+                # an older warm-up (the last request's place, an earlier cursor position) would only delay
+                # it, or evict what it evaluates; a request may already wait for a prefetch.
                 self._cancel_background_locked(warm_only=True)
                 self._refine = None
             self._queue.append(job)
