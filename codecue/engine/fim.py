@@ -47,9 +47,9 @@ WINDOW_FLOOR = 192
 @dataclass(frozen=True)
 class PromptBudget:
     total: int = 1536  # tokens for prefix + suffix + extra context (the extra part is kept for context only)
-    # What follows the cursor's line often shows the pattern the line follows (a call written the same way
-    # lines below); a short first window takes at most a quarter of its tokens (shorter_budgets).
-    suffix: int = 256
+    # 256 matched 4 more of 104 quality points with the refresh, but typing's first text p90 went from 438
+    # to 820 ms in the AVX2 replay (docs/how-it-works.md, "The prompt"); a short window takes a quarter.
+    suffix: int = 128
     extra: int = 256  # other open documents
     anchor_lines: int = 32
     layout: str = DEFAULT_LAYOUT  # one of LAYOUTS: where the suffix and the cursor line go
