@@ -5,7 +5,7 @@
 
 A raw report is the JSON a benchmark writes (``codecue bench ... --json FILE``): one object whose ``meta``
 holds exactly ``kind``, ``cpu``, ``cpu_flags``, ``cpu_class``, ``llama_cpp``, ``command``, ``commit`` and
-``date`` (see :data:`META_KEYS`); the rest depends on the kind. A file next to a report that shares its
+``date`` (see :data:`META_KEYS`), and may hold a ``note``; the rest depends on the kind. A file next to a report that shares its
 name up to the extension (``speed-x.png`` next to ``speed-x.json``) is shown with it. Every report gets one
 section that names its CPU, class, flags, llama.cpp build, command, commit and date and links the raw
 file; every table says which CPU it was measured on. A report that breaks these rules (a missing meta key,
@@ -42,6 +42,8 @@ COMMAND = "python scripts/measurements.py"
 
 #: what every raw report's ``meta`` holds, and nothing else
 META_KEYS = ("kind", "cpu", "cpu_flags", "cpu_class", "llama_cpp", "command", "commit", "date")
+#: what a meta may hold besides: ``note``, what the command does not say (a setting changed in code for the run)
+OPTIONAL_META_KEYS = ("note",)
 CPU_CLASSES = ("native", "avx2")
 #: the order sections of one CPU come in; other kinds follow, by name
 KIND_ORDER = ("speed", "quality", "replay", "prompt-cost", "k-compare", "remote", "doctor")
@@ -109,7 +111,7 @@ def meta_problems(meta: Any) -> list[str]:
         return ['no "meta" object']
     problems = []
     missing = [k for k in META_KEYS if k not in meta]
-    extra = sorted(set(meta) - set(META_KEYS))
+    extra = sorted(set(meta) - set(META_KEYS) - set(OPTIONAL_META_KEYS))
     if missing:
         problems.append(f"meta lacks {', '.join(missing)}")
     if extra:
@@ -304,6 +306,7 @@ def render_report(report: Report, output: Path) -> list[str]:
         f"- command: {code(meta['command'])}",
         f"- commit: {code(meta['commit'])}, date: {meta['date']}",
         f"- raw report: [{report.path.name}]({raw})",
+        *([f"- note: {meta['note']}"] if meta.get("note") else []),
         "",
     ]
     summary = flat_rows(body.get("summary"))
