@@ -347,31 +347,27 @@ class Completer:
         ``fresh``: then evaluate again what the target's cache kept by shifting (:meth:`CachedSequence.refresh`,
         :data:`REFRESH_STEP` tokens at a time), so that a request here decodes what a fresh evaluation of its
         prompt gives (the draft's cache only affects speed). Cancelled part-way, the cache keeps the old
-        entries of what was not reached."""
+        entries of what was not reached; what it evaluates is not in the count returned."""
         fed = 0
         with self.lock:
-            for seq in (self.target, self.draft):
-                if seq is None:
-                    continue
-                stages = [seq.prefill(prompt, step)]
-                if fresh and seq is self.target:
-                    stages.append(seq.refresh(REFRESH_STEP))
-                for steps in stages:
-                    try:
-                        while not (cancelled is not None and cancelled()):
-                            started = time.perf_counter()
-                            evaluated = next(steps, None)
-                            if evaluated is None:
-                                break
-                            if seq is self.target:
-                                fed += evaluated
-                                # A bare evaluation, nothing else timed: ``step`` tokens measure the prefill
-                                # (a refresh's shorter steps are left out: they cost more a token).
-                                self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=step)
-                        else:
-                            return fed
-                    finally:
-                        steps.close()
+            stages = [(seq, seq.prefill(prompt, step)) for seq in (self.target, self.draft) if seq is not None]
+            if fresh:  # last: it can take seconds, and the draft's cache should be warm when a request stops it
+                stages.append((self.target, self.target.refresh(REFRESH_STEP)))
+            for seq, steps in stages:
+                try:
+                    while not (cancelled is not None and cancelled()):
+                        started = time.perf_counter()
+                        evaluated = next(steps, None)
+                        if evaluated is None:
+                            break
+                        if seq is self.target and steps is stages[0][1]:
+                            fed += evaluated
+                            # A bare evaluation, nothing else timed: ``step`` tokens measure the prefill.
+                            self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=step)
+                    else:
+                        return fed
+                finally:
+                    steps.close()
         return fed
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,

@@ -5,7 +5,8 @@
 
 A raw report is the JSON a benchmark writes (``codecue bench ... --json FILE``): one object whose ``meta``
 holds exactly ``kind``, ``cpu``, ``cpu_flags``, ``cpu_class``, ``llama_cpp``, ``command``, ``commit`` and
-``date`` (see :data:`META_KEYS`), and may hold a ``note``; the rest depends on the kind. A file next to a report that shares its
+``date`` (see :data:`META_KEYS`), and may hold a ``note``; the rest depends on the
+kind. A file next to a report that shares its
 name up to the extension (``speed-x.png`` next to ``speed-x.json``) is shown with it. Every report gets one
 section that names its CPU, class, flags, llama.cpp build, command, commit and date and links the raw
 file; every table says which CPU it was measured on. A report that breaks these rules (a missing meta key,

@@ -467,7 +467,7 @@ def test_a_prefill_stopped_between_steps_keeps_a_prefix_and_no_held_chunk(backen
 # -- (f) a refresh: what shifting kept, evaluated again ---------------------------------------------------
 
 
-def _fresh_rows(reference, tokens: list[int], n_logits: int):
+def _fresh_rows(reference: LlamaCppBackend, tokens: list[int], n_logits: int) -> object:
     reference.reset()
     return reference.forward(tokens, n_logits)
 
@@ -534,6 +534,9 @@ def test_a_refresh_without_room_for_both_copies_or_a_second_sequence_leaves_the_
     plain.sync(OLD, 1)  # no shifting here: every entry is fresh
     assert plain.fresh_length == len(OLD) and list(plain.refresh(16)) == []
     assert not backends["unshifting"].can_set_aside and backends["target"].can_set_aside
+    plain.fresh_length = 0  # were it stale, a context without a second sequence could still not refresh it
+    decoded = count_decodes(backends["unshifting"], monkeypatch)
+    assert list(plain.refresh(16)) == [] and decoded == [] and plain.tokens == OLD
 
 
 @needs_llama_cpp

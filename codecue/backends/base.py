@@ -452,6 +452,9 @@ class CachedSequence:
                 or 2 * len(tokens) - start > self.backend.max_length):
             return
         self.backend.set_aside(start)
+        if self.backend.length != start:  # a memory that could not drop the positions started over
+            self.reset()
+            return
         del self.tokens[start:]
         try:
             yield from self._evaluate(tokens[start:], 0, step)

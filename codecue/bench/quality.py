@@ -500,9 +500,9 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
                 assert build is not None and completer is not None
                 text = build(completer.tokenizer, point)
                 ids = completer.tokenizer.encode(text, add_special_tokens=False)
-                t0 = time.perf_counter()
                 if "/first" not in name:
                     completer.warm(ids, fresh=True)
+                t0 = time.perf_counter()
                 result = completer.generate_ids(ids, max_tokens=max_tokens, k=0, draft_mode="none",
                                                 stop_rule=stops[point.name])
                 record = score(point, name, result.text, result.stop_reason, len(ids),
