@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from codecue.backends import llamacpp
-from codecue.backends.base import CachedSequence, Chunk, reuse_plan
+from codecue.backends.base import MIN_TAIL_CHUNK, CachedSequence, Chunk, reuse_plan
 from codecue.backends.llamacpp import LlamaCppBackend
 from codecue.engine.fim import PromptBudget, build_fim_prompt
 from codecue.models.config import DecodingSettings
@@ -171,7 +171,30 @@ def test_the_plan_keeps_order_length_and_the_end_it_is_given() -> None:
     assert reuse_plan(cached, short, 10, len(short), 0) == []
     # Nothing at or after `end` is planned (those tokens are fed for their logits).
     assert reuse_plan(cached, moved, 10, 150, 64) == [Chunk(110, 10, 140)]
-    assert reuse_plan(cached, moved, 10, 70, 64) == []
+    assert reuse_plan(cached, moved, 10, 10 + MIN_TAIL_CHUNK - 1, 64) == []
+
+
+def test_the_plan_keeps_a_short_run_only_where_the_tokens_end_with_it() -> None:
+    """A run shorter than ``min_chunk`` is kept where it ends right before the tokens fed for their logits
+    (a short window's suffix after Enter), down to MIN_TAIL_CHUNK tokens, and only after the chain."""
+    head, a, b, line = [5] * 10, random_tokens(100, 2), random_tokens(40, 3), [1, 2, 3, 4]
+    cached = head + a + b + [9]
+    entered = head + a + line + b + [9]  # the cursor line joined the prefix; the suffix b came back
+    assert reuse_plan(cached, entered, 110, len(entered) - 1, 64) == [Chunk(110, 114, 40)]
+    assert reuse_plan(cached, entered, 110, len(entered) - 1, 0) == []
+    # The same run in the middle is evaluated again.
+    middle = head + a + line + b + random_tokens(30, 4)
+    assert reuse_plan(cached, middle, 110, len(middle), 64) == []
+    # Shorter than MIN_TAIL_CHUNK: evaluated again.
+    short = head + a + line + b[-(MIN_TAIL_CHUNK - 1):]
+    assert reuse_plan(cached, short, 110, len(short), 64) == []
+    assert reuse_plan(cached, head + a + line + b[-MIN_TAIL_CHUNK:], 110, 114 + MIN_TAIL_CHUNK, 64) == \
+        [Chunk(150 - MIN_TAIL_CHUNK, 114, MIN_TAIL_CHUNK)]
+    # After the chain in both sequences: a tail that the cache holds before the chain's last run is not kept.
+    c = random_tokens(100, 5)
+    cached = head + b + c
+    swapped = head + c + b
+    assert reuse_plan(cached, swapped, 10, len(swapped), 64) == [Chunk(50, 10, 100)]
 
 
 def test_the_plan_takes_the_heaviest_chain_not_the_first_run_found() -> None:
@@ -257,6 +280,50 @@ def test_a_moved_context_chunk_evaluates_only_that_chunk(backends, tokenizer, mo
     # The moved chunk (give or take a token where it meets its neighbours) and the last token.
     assert abs(sum(decoded) - (len(alpha) + 1)) <= 2
     assert seq.shifted_tokens >= len(after) - len(alpha) - 64
+
+
+def enter_in_a_window(tokenizer) -> tuple[list[int], list[int]]:
+    """The first window's prompts (192 tokens, psm-mid) at the end of a line, and after Enter there: the
+    cursor line joins the prefix, the suffix comes back unchanged (48 tokens: shorter than MIN_CHUNK)."""
+    text = source(8)
+    at = text.index("\n", text.index("def handler_4")) + 1
+    at = text.index("\n", at)  # the end of handler_4's second line
+    budget = PromptBudget(total=192, suffix=48, extra=0, anchor_lines=8, layout="psm-mid", first_text_ms=0)
+    before = build_fim_prompt(tokenizer, text[:at], text[at:], budget)
+    after = build_fim_prompt(tokenizer, text[:at] + "\n    ", text[at:], budget)
+    return before, after
+
+
+@needs_llama_cpp
+def test_enter_in_a_short_window_evaluates_the_cursor_line_not_the_suffix(backends, tokenizer, monkeypatch) -> None:
+    target = backends["target"]
+    before, after = enter_in_a_window(tokenizer)
+    keep = next(i for i, (x, y) in enumerate(zip(before, after, strict=False)) if x != y)
+    middle = tokenizer.convert_tokens_to_ids("<|fim_middle|>")
+    assert after[-1] == middle and before.count(middle) == 1  # before: the cursor line after the middle
+    suffix = common_suffix_length(before[: before.index(middle)], after[:-1])  # <|fim_suffix|> and the suffix
+    assert MIN_TAIL_CHUNK <= suffix < MIN_CHUNK
+    changed = len(after) - 1 - keep - suffix
+
+    seq = CachedSequence(target, min_chunk=MIN_CHUNK)
+    seq.sync(before, 1)
+    decoded = count_decodes(target, monkeypatch)
+    seq.sync(after, 1)
+    assert sum(decoded) == changed + 1  # the cursor line, the new line's indentation, <|fim_middle|>
+    assert seq.shifted_tokens == suffix
+    assert seq.tokens == after and held_positions(target) == (len(after) - 1, -1)
+
+    # Greedy decoding from that cache, speculative or not, is the target's own.
+    from codecue.engine.proposers import DraftModelProposer
+    from codecue.engine.sampling import Sampling
+
+    reference = _generate(_holding(target, before), None, after, 0, tokenizer, max_new=24)
+    draft_seq = _holding(backends["draft"], before)
+    seq = _holding(target, before)
+    speculative = _generate(seq, DraftModelProposer(draft_seq, Sampling()), after, 4, tokenizer, max_new=24)
+    assert speculative.stats.shifted_tokens == suffix
+    _assert_same_greedy(speculative.tokens, reference.tokens, seq)
+    assert len(reference.tokens) == 24
 
 
 # -- (b) exactness: speculation after a shift is the target's own greedy output ---------------------------

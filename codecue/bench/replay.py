@@ -63,6 +63,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The pause after a jump before Enter at a new place: about the server's own guess of a person's pause
+#: (``CURSOR_PAUSE_MS``), in which it warms the place.
+JUMP_PAUSE_MS = 1500.0
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, metavar="FILE", help="the file to type into the server")
@@ -77,6 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the typist's pause after a space, a newline or punctuation (over 1 s: the server's "
                              "idle work after a request runs in the pauses)")
     parser.add_argument("--enter-places", type=int, default=6, help="--layouts: places to press Enter at")
+    parser.add_argument("--jump-pause-ms", type=float, default=JUMP_PAUSE_MS,
+                        help="the pause after a jump before Enter at a new place (the server warms the place in it)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--llama-vim", action="store_true",
                         help="then the same keystrokes, pacing and Enter places against llama-server through llama.vim's "
@@ -97,21 +103,23 @@ def run(args: argparse.Namespace) -> int:
     if args.layouts:
         layouts = run_layout_comparison(args.file, config, args.layouts, max_tokens=args.max_tokens,
                                         places=args.enter_places, interval_ms=args.interval_ms,
-                                        pause_ms=args.pause_ms, keystrokes=args.keystrokes)
+                                        pause_ms=args.pause_ms, keystrokes=args.keystrokes,
+                                        jump_pause_ms=args.jump_pause_ms)
         print(format_replay_layouts(layouts))
         report: dict[str, Any] = {"layouts": layouts}
         codecue = {name: (r["typing"], r["enter"]) for name, r in layouts.items()}
     else:
         report = run_replay_pair(args.file, config, max_tokens=args.max_tokens, keystrokes=args.keystrokes,
                                  interval_ms=args.interval_ms, pause_ms=args.pause_ms,
-                                 enter_places=args.enter_places if args.llama_vim else 0)
+                                 enter_places=args.enter_places if args.llama_vim else 0,
+                                 jump_pause_ms=args.jump_pause_ms)
         print(format_replay_pair(report))
         codecue = {"CodeCue": (report["reuse"], report.get("enter"))}
     write_report(args.json_out, meta, report)
     if args.llama_vim:
         report["llama_vim"] = run_llama_vim_peer(args.file, config, max_tokens=args.max_tokens,
                                                  keystrokes=args.keystrokes, interval_ms=args.interval_ms,
-                                                 pause_ms=args.pause_ms,
+                                                 pause_ms=args.pause_ms, enter_pause_ms=args.jump_pause_ms,
                                                  places=args.enter_places)
         print(format_replay_peer(codecue, report["llama_vim"]))
         write_report(args.json_out, meta, report)
@@ -462,7 +470,7 @@ def enter_lines(text: str, places: int) -> list[int]:
     return sorted(chosen, reverse=True)
 
 
-def run_enter_replay(file: str | Path, completer: Models, *, places: int = 8, pause_ms: float = 1500.0,
+def run_enter_replay(file: str | Path, completer: Models, *, places: int = 8, pause_ms: float = JUMP_PAUSE_MS,
                      max_tokens: int = 32, timeout_s: float = 120.0, language_id: str | None = None,
                      cursor_moved: bool = True) -> dict[str, Any]:
     """Enter at new places after a pause (see :func:`_enter_replay`), on loaded models."""
@@ -524,7 +532,7 @@ def run_replay(file: str | Path, completer_config: CompletionConfig | None = Non
 
 
 def run_replay_pair(file: str | Path, completer_config: CompletionConfig | None = None, *, enter_places: int = 0,
-                    **kwargs: Any) -> dict[str, Any]:
+                    jump_pause_ms: float = JUMP_PAUSE_MS, **kwargs: Any) -> dict[str, Any]:
     """Reuse on, then off, on one loaded model pair: ``{"reuse": {...}, "no_reuse": {...}}``; with
     ``enter_places``, then Enter at that many new places (reuse on): ``"enter"``."""
     _read(file)
@@ -534,14 +542,15 @@ def run_replay_pair(file: str | Path, completer_config: CompletionConfig | None 
         out = {"reuse": on, "no_reuse": off}
         if enter_places > 0:
             models.reset_caches()
-            out["enter"] = run_enter_replay(file, models, places=enter_places,
+            out["enter"] = run_enter_replay(file, models, places=enter_places, pause_ms=jump_pause_ms,
                                             max_tokens=kwargs.get("max_tokens", 32))
     return out
 
 
 def run_layout_comparison(file: str | Path, config: CompletionConfig, layouts: Sequence[str], *,
                           max_tokens: int = 32, places: int = 6, keystrokes: int = 40,
-                          interval_ms: float = 150.0, pause_ms: float = 700.0) -> dict[str, Any]:
+                          interval_ms: float = 150.0, pause_ms: float = 700.0,
+                          jump_pause_ms: float = JUMP_PAUSE_MS) -> dict[str, Any]:
     """The keystroke replay and the Enter replay for each prompt setting (reuse on), each on the pair
     loaded for that setting. A setting is a layout, optionally ``:full``: the full prompt even at a place
     the cache does not hold (``first_text_ms = 0``, what the server did before shorter first prompts)."""
@@ -562,6 +571,6 @@ def run_layout_comparison(file: str | Path, config: CompletionConfig, layouts: S
             typing = run_replay(file, reuse=True, completer=models, max_tokens=max_tokens, keystrokes=keystrokes,
                                 interval_ms=interval_ms, pause_ms=pause_ms)
             models.reset_caches()
-            enter = run_enter_replay(file, models, places=places, max_tokens=max_tokens)
+            enter = run_enter_replay(file, models, places=places, max_tokens=max_tokens, pause_ms=jump_pause_ms)
         out[name] = {"typing": typing, "enter": enter}
     return out
