@@ -171,6 +171,7 @@ def test_the_plan_keeps_order_length_and_the_end_it_is_given() -> None:
     assert reuse_plan(cached, short, 10, len(short), 0) == []
     # Nothing at or after `end` is planned (those tokens are fed for their logits).
     assert reuse_plan(cached, moved, 10, 150, 64) == [Chunk(110, 10, 140)]
+    assert reuse_plan(cached, moved, 10, 70, 64) == [Chunk(110, 10, 60)]  # b's first 60: a tail run
     assert reuse_plan(cached, moved, 10, 10 + MIN_TAIL_CHUNK - 1, 64) == []
 
 
@@ -195,6 +196,7 @@ def test_the_plan_keeps_a_short_run_only_where_the_tokens_end_with_it() -> None:
     cached = head + b + c
     swapped = head + c + b
     assert reuse_plan(cached, swapped, 10, len(swapped), 64) == [Chunk(50, 10, 100)]
+    assert reuse_plan(cached, swapped, 10, len(swapped), 8) == [Chunk(50, 10, 100)]  # b's 8-token seeds too
 
 
 def test_the_plan_takes_the_heaviest_chain_not_the_first_run_found() -> None:
@@ -213,6 +215,11 @@ def test_the_plan_stays_cheap_on_pathological_repetition() -> None:
         chunks = reuse_plan(cached, new, 20, len(new), 64)
         assert time.perf_counter() - started < 0.5
         assert sum(chunk.length for chunk in chunks) >= 1400
+    # A tail run shorter than min_chunk in a long repetitive cache: found, and cheaply.
+    cached, new = [7] * 30000, [7] * 20 + [8] + [7] * 40
+    started = time.perf_counter()
+    assert reuse_plan(cached, new, 20, len(new), 64) == [Chunk(21, 21, 40)]
+    assert time.perf_counter() - started < 0.5
 
 
 def test_the_plan_survives_repetitive_code(tokenizer) -> None:
@@ -221,7 +228,7 @@ def test_the_plan_survives_repetitive_code(tokenizer) -> None:
     keep = next(i for i, (x, y) in enumerate(zip(before, after, strict=False)) if x != y)
     chunks = reuse_plan(before, after, keep, len(after), MIN_CHUNK)
     for chunk in chunks:
-        assert chunk.length >= MIN_CHUNK
+        assert chunk.length >= (MIN_TAIL_CHUNK if chunk is chunks[-1] else MIN_CHUNK)
         assert before[chunk.cached_at : chunk.cached_at + chunk.length] == after[chunk.moved_to : chunk.moved_to +
                                                                                  chunk.length]
     assert sum(chunk.length for chunk in chunks) >= common_suffix_length(before, after)

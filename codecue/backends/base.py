@@ -297,9 +297,8 @@ def _tail_run(cached: list[int], tokens: list[int], after: Chunk, end: int,
     if end - new_from < min_length:
         return None
     best: Chunk | None = None
-    for j in starts_of.get(tuple(tokens[end - anchor : end]), []):
-        if j < cached_from:
-            continue
+    candidates = [j for j in starts_of.get(tuple(tokens[end - anchor : end]), []) if j >= cached_from]
+    for j in sorted(candidates, key=lambda j: abs(j - (end - anchor)))[:MAX_CANDIDATES]:
         back = 0
         while (end - anchor - back > new_from and j - back > cached_from
                and tokens[end - anchor - back - 1] == cached[j - back - 1]):
@@ -307,6 +306,8 @@ def _tail_run(cached: list[int], tokens: list[int], after: Chunk, end: int,
         length = anchor + back
         if length >= min_length and (best is None or length > best.length):
             best = Chunk(j - back, end - length, length)
+            if end - length == new_from:
+                break  # nothing longer is possible
     return best
 
 
