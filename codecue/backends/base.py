@@ -270,14 +270,12 @@ def reuse_plan(cached: Sequence[int], tokens: Sequence[int], start: int, end: in
     for i in range(start, end - anchor + 1, min_chunk - anchor + 1):
         candidates = starts_of.get(tuple(tokens[i : i + anchor]), [])
         if len(candidates) > MAX_CANDIDATES:
-            candidates = sorted(candidates, key=lambda j: abs(j - i))[:MAX_CANDIDATES]
+            candidates = _nearest(candidates, i)
         for j in candidates:
             found = runs.setdefault(i - j, [])
             if any(run.moved_to <= i < run.moved_to + run.length for run in found):
                 continue  # this run was grown from an earlier place
-            back = 0
-            while i - back > start and j - back > start and tokens[i - back - 1] == cached[j - back - 1]:
-                back += 1
+            back = _same_before(cached, tokens, j, i, start, start)
             room = min(len(cached) - j, end - i)
             length = back + anchor + common_prefix_length(cached[j + anchor : j + room], tokens[i + anchor : i + room])
             if length >= min_chunk:
@@ -298,17 +296,27 @@ def _tail_run(cached: list[int], tokens: list[int], after: Chunk, end: int,
         return None
     best: Chunk | None = None
     candidates = [j for j in starts_of.get(tuple(tokens[end - anchor : end]), []) if j >= cached_from]
-    for j in sorted(candidates, key=lambda j: abs(j - (end - anchor)))[:MAX_CANDIDATES]:
-        back = 0
-        while (end - anchor - back > new_from and j - back > cached_from
-               and tokens[end - anchor - back - 1] == cached[j - back - 1]):
-            back += 1
-        length = anchor + back
+    for j in _nearest(candidates, end - anchor):
+        length = anchor + _same_before(cached, tokens, j, end - anchor, cached_from, new_from)
         if length >= min_length and (best is None or length > best.length):
-            best = Chunk(j - back, end - length, length)
+            best = Chunk(j + anchor - length, end - length, length)
             if end - length == new_from:
                 break  # nothing longer is possible
     return best
+
+
+def _nearest(places: list[int], i: int) -> list[int]:
+    """The :data:`MAX_CANDIDATES` cache places nearest to ``i``, nearest first."""
+    return sorted(places, key=lambda j: abs(j - i))[:MAX_CANDIDATES]
+
+
+def _same_before(cached: list[int], tokens: list[int], j: int, i: int, cached_from: int, new_from: int) -> int:
+    """How many tokens before ``cached[j]`` and ``tokens[i]`` are the same, going back no further than
+    ``cached_from`` and ``new_from``."""
+    back = 0
+    while i - back > new_from and j - back > cached_from and tokens[i - back - 1] == cached[j - back - 1]:
+        back += 1
+    return back
 
 
 def _heaviest_chain(runs: list[Chunk], min_chunk: int) -> list[Chunk]:

@@ -37,7 +37,7 @@ from codecue.bench.llamavim import (
     buffer_lines,
     render,
 )
-from codecue.bench.replay import PAUSE_AFTER, choose_stretch, enter_lines, summarize
+from codecue.bench.replay import JUMP_PAUSE_MS, PAUSE_AFTER, choose_stretch, enter_lines, summarize
 
 RETRY_S = 0.1  # llama#fim: "avoid sending repeated requests too fast"
 
@@ -282,7 +282,7 @@ async def _enter(server: LlamaServer, client: LlamaVimClient, text: str, filenam
 
 def run_llama_vim_replay(file: str | Path, server: LlamaServer, *, keystrokes: int = 40, interval_ms: float = 150.0,
                          pause_ms: float = 700.0, max_tokens: int = 32, places: int = 6,
-                         enter_pause_ms: float = 1500.0, settle_s: float = 60.0, timeout_s: float = 120.0,
+                         enter_pause_ms: float = JUMP_PAUSE_MS, settle_s: float = 60.0, timeout_s: float = 120.0,
                          start: int | None = None, seed: int = 0) -> dict[str, Any]:
     """Typing (the stretch :func:`~codecue.bench.replay.choose_stretch` picks, or from ``start``) and Enter at
     ``places`` new places, as the CodeCue replay does them, through llama.vim's client to ``server``; each
