@@ -53,6 +53,7 @@ def make_fake_exllamav2() -> types.ModuleType:
             self.max_input_len = 2048
             self.max_seq_len = 2048
             self.compat_overrides = False
+            self.no_flash_attn = self.no_xformers = self.no_sdpa = False  # exllamav2 reads EXLLAMA_NO_* here
             if model_dir is not None:
                 self.model_dir = model_dir
                 self.prepare()
@@ -120,10 +121,13 @@ def make_fake_exllamav2() -> types.ModuleType:
                 for i, token in enumerate(chunk):
                     cache.slots[cache.current_seq_len + i] = token
                 if not preprocess_only:
+                    # exllamav2 0.3.x without flash-attn or xformers: its SDPA path passes no causal mask, so
+                    # in a pass of several tokens each row also sees the tokens after it.
+                    unmasked = len(chunk) > 1 and not self.config.no_sdpa
                     for i in range(len(chunk)):
                         end = cache.current_seq_len + i + 1
-                        rows.append(prefix_logits(cache.slots[:end], self.config.vocab_size,
-                                                  model_salt(self.config.model_dir)))
+                        seen = cache.slots[: cache.current_seq_len + len(chunk)] + [-end] if unmasked else cache.slots[:end]
+                        rows.append(prefix_logits(seen, self.config.vocab_size, model_salt(self.config.model_dir)))
                 cache.current_seq_len += len(chunk)
                 if self.fail_after_chunk is not None:
                     exc, self.fail_after_chunk = self.fail_after_chunk, None
@@ -187,6 +191,18 @@ def test_exllamav2_output_goes_to_stderr_not_the_protocol_stream(fake_gpu, tiny_
     ExLlamaV2Backend.load(tiny_dirs["target"], max_seq_len=256)
     captured = capsys.readouterr()
     assert captured.out == "" and " -- Loading model:" in captured.err
+
+
+def test_multi_token_passes_are_causal_without_flash_attn(backend) -> None:
+    """A verification pass must give the rows that one-token steps give: exllamav2's SDPA path (what runs
+    without flash-attn) has no causal mask, so the backend runs its masked matmul attention instead."""
+    tokens = [5, 9, 2, 7, 7, 3, 11]
+    batch = backend.forward(tokens, n_logits=len(tokens))
+    backend.reset()
+    steps = torch.cat([backend.forward([token]) for token in tokens])
+    assert backend.model.config.no_sdpa
+    torch.testing.assert_close(batch, steps, atol=0, rtol=0)
+    torch.testing.assert_close(batch, reference_logits(tokens, backend), atol=0, rtol=0)
 
 
 def test_context_is_capped_at_the_models_limit(fake_gpu, tiny_dirs) -> None:

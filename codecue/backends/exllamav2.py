@@ -1,9 +1,10 @@
 """exllamav2 backend: EXL2 (and GPTQ / FP16 safetensors) model directories on an NVIDIA GPU.
 
 Built on exllamav2's low-level API (0.2.8 … 0.3.x): ``ExLlamaV2Config(model_dir)``, ``ExLlamaV2(config)``,
-one non-paged FP16 ``ExLlamaV2Cache`` at batch size 1 (flash-attn is not needed: exllamav2 falls back to
-torch SDPA), ``model.load_autosplit(cache)``, and ``model.forward(ids, cache, preprocess_only=...,
-last_id_only=False)``, which appends to the cache and returns FP16 logits for every fed position.
+one non-paged FP16 ``ExLlamaV2Cache`` at batch size 1 (flash-attn is not needed: without it, exllamav2's
+matmul attention runs; its SDPA path is turned off, see ``_build``), ``model.load_autosplit(cache)``, and
+``model.forward(ids, cache, preprocess_only=..., last_id_only=False)``, which appends to the cache and
+returns FP16 logits for every fed position.
 Rollback is ``cache.current_seq_len``: attention only reads the first ``current_seq_len`` positions, so
 lowering it forgets everything after (the next forward overwrites those slots). exllamav2's own generators
 are not used because they fix the draft depth K at construction; our engine picks K per round.
@@ -228,6 +229,12 @@ class ExLlamaV2Backend(BackendBase):
         config.max_input_len = min(MAX_INPUT_LEN, max_seq_len)
         if hasattr(config, "arch_compat_overrides"):  # turns off attention kernels the architecture cannot use
             config.arch_compat_overrides(quiet=True)
+        # Without flash-attn or xformers, exllamav2 >= 0.3.0 calls torch SDPA with no causal mask when no
+        # block-diagonal mask is set (attn.py, _attn_torch): a multi-token pass lets each position see the
+        # ones after it, so verification rows differ from one-token steps and greedy speculation is not
+        # lossless. Its matmul attention applies the causal mask (lower right, after the cache); flash-attn and
+        # xformers, where installed, are chosen before either and are unaffected.
+        config.no_sdpa = True
         model = exl.ExLlamaV2(config)
         cache = exl.ExLlamaV2Cache(model, batch_size=1, max_seq_len=max_seq_len, lazy=True)
         model.load_autosplit(cache)
