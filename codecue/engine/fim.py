@@ -38,10 +38,12 @@ DEFAULT_LAYOUT = "psm-mid"
 
 
 #: the smallest window whose first suggestion keeps within 5 points of the full prompt's exact match on the
-#: held-out projects, the full prompt being the default budget's (docs/bench/quality-native.json: 128 tokens
-#: fell 10 points short, 192 kept within 4; on the AVX2 class 192 is 5.7 under, and 256, within 5 there,
-#: made Enter after a jump wait 1.4 s for first text: docs/how-it-works.md, the short first prompt)
-WINDOW_FLOOR = 192
+#: held-out projects, the full prompt being the default budget's. On 104 points (AVX2 class, the shipped
+#: Q4_K_M): full prompt 48.1 %, 256 tokens 43.3 %, 192 tokens 41.3 % (docs/bench/quality-avx2-xeon-104.json,
+#: quality-first256-avx2-xeon-104.json); on 52 points 192 had looked enough (docs/bench/quality-native.json).
+#: A larger window costs Enter after a jump its first text on a slow CPU (docs/how-it-works.md, the short
+#: first prompt): what is shown is worth reading first.
+WINDOW_FLOOR = 256
 
 
 @dataclass(frozen=True)
