@@ -239,7 +239,7 @@ MAX_RUNS = 256
 
 #: The shortest run kept where it ends right before the tokens evaluated for their logits, when that is
 #: shorter than ``min_chunk``: a short window's suffix (``<|fim_suffix|>`` and the code after the cursor,
-#: 64 tokens in the 256-token window) comes back unchanged after Enter or a new line, behind a prefix that
+#: 48 tokens in the 192-token window) comes back unchanged after Enter or a new line, behind a prefix that
 #: grew by the cursor line; evaluating it again cost Enter at a new place about 0.8 s on the AVX2 class.
 MIN_TAIL_CHUNK = 16
 
