@@ -342,7 +342,7 @@ class Completer:
         reads it too before drafting), ``step`` tokens at a time, checking ``cancelled`` between steps: a
         real request waits for one step at most. Returns how many tokens the target evaluated (what its
         cache did not hold already). A warm-up cancelled between the chunks it shifts keeps what it
-        placed; the chunks not placed yet are dropped.
+        evaluated, and the chunks it did not reach right after it (:meth:`CachedSequence.prefill`).
 
         ``fresh``: then evaluate again what the target's cache kept by shifting (:meth:`CachedSequence.refresh`,
         :data:`REFRESH_STEP` tokens at a time), so that a request here decodes what a fresh evaluation of its

@@ -523,8 +523,24 @@ def test_a_failed_evaluation_during_a_shift_drops_the_held_chunks(backends, monk
     assert_close(rows, backends["reference"].forward(new, 2), atol=NOISE, rtol=0)
 
 
+def _stopped_after_one_step(backend, new: list[int]) -> CachedSequence:
+    """The cache as a warm-up towards ``new`` left it when a request stopped it after its first step."""
+    seq = _holding(backend, OLD)
+    steps = seq.prefill(new, 4)
+    next(steps)
+    steps.close()
+    return seq
+
+
 @needs_llama_cpp
-def test_a_prefill_stopped_between_steps_keeps_a_prefix_and_no_held_chunk(backends) -> None:
+def test_a_prefill_stopped_between_steps_keeps_the_chunks_it_did_not_reach_after_what_it_evaluated(
+        backends, tokenizer) -> None:
+    """A warm-up cut short by a request: the chunk still held is not dropped but put right after the tokens
+    evaluated, so the next prefill shifts it again instead of evaluating it; decoding from there, speculative
+    greedy equals target-only greedy from the same cache state."""
+    from codecue.engine.proposers import DraftModelProposer
+    from codecue.engine.sampling import Sampling
+
     target = backends["target"]
     new = EDITS["insertion"]
     seq = _holding(target, OLD)
@@ -532,10 +548,19 @@ def test_a_prefill_stopped_between_steps_keeps_a_prefix_and_no_held_chunk(backen
     assert next(steps) == 4  # the first 4 of the 14 inserted tokens; the chunk waits, held
     assert held_positions(target)[1] == 94 + 330 - 1
     steps.close()
-    assert seq.tokens == new[:84] and target.length == 84 and held_positions(target) == (83, -1)
-    steps = list(seq.prefill(new, 64))  # the chunk is gone: evaluated again, 64 tokens a step
-    assert sum(steps) == len(new) - 84 and max(steps) == 64
-    assert seq.tokens == new
+    assert seq.tokens == new[:84] + new[94:94 + 330] and target.length == 84 + 330
+    assert held_positions(target) == (84 + 330 - 1, -1)  # in the sequence now, nothing held
+    keep, [chunk] = seq.plan(new, 1)
+    assert (keep, chunk.cached_at, chunk.moved_to, chunk.length) == (84, 84, 94, 330)
+    steps = list(seq.prefill(new, 64))  # the 10 inserted tokens not reached and what follows the run
+    assert sum(steps) == len(new) - 84 - 330 and seq.tokens == new
+
+    reference = _generate(_stopped_after_one_step(target, new), None, new, 0, tokenizer)
+    seq = _stopped_after_one_step(target, new)
+    draft_seq = _holding(backends["draft"], new)
+    speculative = _generate(seq, DraftModelProposer(draft_seq, Sampling()), new, 4, tokenizer)
+    assert speculative.stats.prefilled_tokens < 100 and speculative.stats.drafted > 0
+    _assert_same_greedy(speculative.tokens, reference.tokens, seq)
 
 
 # -- (f) a refresh: what shifting kept, evaluated again ---------------------------------------------------

@@ -45,8 +45,10 @@ class Backend(Protocol):
     ``hold_chunks(keep, chunks)`` keeps the first ``keep`` cached positions, sets the entries of each
     :class:`Chunk` aside re-positioned to its ``moved_to``, and drops the rest: the length becomes ``keep``.
     ``place_chunk(length)`` appends the held chunk that starts at the current length (it has ``length``
-    entries) without evaluating anything. ``truncate``, ``reset`` and a failed ``forward`` drop whatever is
-    still held; a ``forward`` must not reach into a held chunk's positions.
+    entries) without evaluating anything; ``place_chunk(length, held_at)`` appends the one held at
+    ``held_at`` (at or after the current length), moved down to the current length. ``truncate``, ``reset``
+    and a failed ``forward`` drop whatever is still held; a ``forward`` must not reach into a held chunk's
+    positions.
 
     ``can_set_aside`` with ``set_aside`` and ``restore_aside`` (re-evaluate cached positions with the old
     entries kept until the new ones are complete: :meth:`CachedSequence.refresh`): ``set_aside(start)``
@@ -81,7 +83,7 @@ class Backend(Protocol):
 
     def hold_chunks(self, keep: int, chunks: Sequence[Chunk]) -> None: ...
 
-    def place_chunk(self, length: int) -> None: ...
+    def place_chunk(self, length: int, held_at: int | None = None) -> None: ...
 
     @property
     def can_set_aside(self) -> bool: ...
@@ -195,7 +197,7 @@ class BackendBase(ABC):
         """See :class:`Backend`; only where ``can_shift``."""
         raise NotImplementedError(f"the {self.name} backend cannot shift cached positions")
 
-    def place_chunk(self, length: int) -> None:
+    def place_chunk(self, length: int, held_at: int | None = None) -> None:
         """See :class:`Backend`; only where ``can_shift``."""
         raise NotImplementedError(f"the {self.name} backend cannot shift cached positions")
 
@@ -444,7 +446,9 @@ class CachedSequence:
     def prefill(self, tokens: Sequence[int], step: int) -> Generator[int, None, Logits]:
         """Make the cache hold ``tokens`` (no logits), evaluating what it lacks ``step`` tokens at a time:
         yields how many tokens each step evaluated, so that the caller can time steps and stop between
-        them. Stopping (closing the iterator) leaves the cache holding a prefix of ``tokens``."""
+        them. Stopping (closing the iterator) leaves the cache holding a prefix of ``tokens``, then the
+        chunks it would have shifted but did not reach, each right after the one before (the next prefill
+        shifts them again)."""
         if step < 1:
             raise ValueError(f"step must be >= 1, got {step}")
         return self._feed(tokens, 0, step)
@@ -466,16 +470,26 @@ class CachedSequence:
         if self.backend.length != keep:  # a backend that could not truncate starts over
             self.reset()
             keep, chunks = 0, []
-        at = keep
+        at, placed = keep, 0
         try:
             for chunk in chunks:
                 yield from self._evaluate(tokens[at : chunk.moved_to], 0, step)
                 self.backend.place_chunk(chunk.length)
+                placed += 1
                 at = chunk.moved_to + chunk.length
                 self.tokens.extend(tokens[chunk.moved_to : at])
                 self.reused_tokens += chunk.length
                 self.shifted_tokens += chunk.length
-        except BaseException:  # an error, or a prefill stopped: drop the chunks still held
+        except GeneratorExit:
+            # A prefill stopped between steps (a warm-up a request cancelled): the chunks it did not reach
+            # go right after what it evaluated instead of being dropped. The request that stopped it often
+            # needs them: an idle warm-up of a place's long prompt, cut short, must not cost the short
+            # window the cache held (the window's runs are these chunks) a full evaluation at the next key.
+            for chunk in chunks[placed:]:
+                self.backend.place_chunk(chunk.length, held_at=chunk.moved_to)
+                self.tokens.extend(tokens[chunk.moved_to : chunk.moved_to + chunk.length])
+            raise
+        except BaseException:  # an error: drop the chunks still held
             self.backend.truncate(len(self.tokens))
             raise
         return (yield from self._evaluate(tokens[at:], n_logits, step))

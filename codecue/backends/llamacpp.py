@@ -345,15 +345,19 @@ class LlamaCppBackend(BackendBase):
             lib.llama_memory_seq_add(memory, HELD, start, start + chunk.length, chunk.moved_to - start)
         self._held = {chunk.moved_to: chunk.length for chunk in chunks}
 
-    def place_chunk(self, length: int) -> None:
-        """Move the held chunk at the current length into sequence 0 (see ``hold_chunks``)."""
+    def place_chunk(self, length: int, held_at: int | None = None) -> None:
+        """Move the held chunk at ``held_at`` (default: the current length) into sequence 0 at the current
+        length (see ``hold_chunks``)."""
         self._check_open()
         start = self._length
-        if self._held.get(start) != length:
-            raise ValueError(f"no held chunk of {length} tokens at {start} (held: {self._held})")
+        held_at = start if held_at is None else held_at
+        if held_at < start or self._held.get(held_at) != length:
+            raise ValueError(f"no held chunk of {length} tokens at {held_at} >= {start} (held: {self._held})")
+        if held_at != start:  # down into the gap before it: no other held cell lies in between
+            self._lib.llama_memory_seq_add(self._memory, HELD, held_at, held_at + length, start - held_at)
         self._lib.llama_memory_seq_cp(self._memory, HELD, 0, start, start + length)
         self._lib.llama_memory_seq_rm(self._memory, HELD, start, start + length)
-        del self._held[start]
+        del self._held[held_at]
         self._length = start + length
 
     @property
