@@ -42,8 +42,9 @@ DEFAULT_LAYOUT = "psm-mid"
 #: 4 on the native class (docs/bench/quality-native.json); on 104 points (AVX2 class, the shipped Q4_K_M:
 #: docs/bench/quality-avx2-xeon-104.json, quality-first256-avx2-xeon-104.json) the full prompt matched
 #: 48.1 %, 192 tokens 41.3 % and 256 tokens 43.3 %. 256 is not the default: in the AVX2 replay it put Enter
-#: after a jump at 2.25 s and typing at a place held only as the window lost 46 of 66 keys' text
-#: (docs/bench/replay-avx2-floor256-xeon.json; docs/how-it-works.md, the short first prompt).
+#: after a jump at 2.17 s (192: 1.11 s) and 10 of 47 keys that needed a new generation got no text before
+#: the next one (192: 1 of 40): docs/bench/replay-avx2-floor256-kept-xeon.json, replay-avx2-kept-chunks-xeon.json;
+#: docs/how-it-works.md, the short first prompt.
 WINDOW_FLOOR = 192
 
 
