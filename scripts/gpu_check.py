@@ -5,7 +5,7 @@ Steps (run in order; ``all`` = every step in one process):
 - ``prepare``: build the speed step's models. On the GPU: random-weight Qwen2 models with the real shapes
   of Qwen2.5-Coder-1.5B (target) and -0.5B (draft), saved as FP16 safetensors (the real 1.6 GB models
   cannot travel to the GPU machine). With ``--tiny``: tiny models.
-  The output head is scaled up (as in codecue.testing) so that distributions are peaked like a trained
+  The output head is scaled up (as in tests/harness/tiny_models.py) so that distributions are peaked like a trained
   model's: then the target's greedy choice is rarely a near-tie and a self-draft is accepted ~always.
 - ``conformance``: the conformance suite (tests/test_backend_conformance.py) run by pytest, on each
   backend: on the GPU its ``gpu``-marked runtimes (``pytest -m gpu``: torch on CUDA in float32, the suite's
@@ -15,7 +15,7 @@ Steps (run in order; ``all`` = every step in one process):
   and greedy generation target-only vs speculative with a self-draft (the target's own
   weights with a second cache: acceptance ~1, the upper bound) and with the draft model (random weights,
   unrelated to the target: acceptance ~0, the lower bound). torch runs bf16 on CUDA; exllamav2 FP16.
-- ``report``: one markdown table (printed, and written to ``--out`` or ``$OUT``) from the steps' JSON.
+- ``report``: one markdown table (printed, and written under ``--out``) from the steps' JSON.
 
 ``--device cpu --tiny`` runs everything on tiny models on the CPU in well under a minute: the dry run
 that checks this script (tests/test_backend_exllamav2.py runs it).
@@ -37,8 +37,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+# run from a checkout: the package, and the tests' tiny-model builders (tests/harness)
+for _path in (REPO, REPO / "tests"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
 
@@ -87,7 +89,7 @@ def model_dirs(work: Path, tiny: bool) -> dict[str, Path]:
 
 
 def prepare(work: Path, tiny: bool, device: str) -> dict[str, Any]:
-    from codecue.testing import build_tiny_model_dir
+    from harness.tiny_models import build_tiny_model_dir
 
     work.mkdir(parents=True, exist_ok=True)
     dirs = model_dirs(work, tiny)
@@ -205,8 +207,8 @@ def step_costs(target: Any, draft: Any, prompt_tokens: int, reps: int) -> dict[s
     by the tuner's own cost measurement (what the server does in idle time), on these backends."""
     from codecue.completion import Completer
     from codecue.models.config import DecodingSettings
-    from codecue.testing import build_tokenizer
     from codecue.tuning.machine_costs import measure_machine_costs, probe_text
+    from harness.tiny_models import build_tokenizer
 
     completer = Completer(build_tokenizer(), target, draft, DecodingSettings(draft_vocab="full"))
     measured = measure_machine_costs(completer, probe_text(), k_max=max(VERIFY_KS), repeats=reps,
@@ -383,7 +385,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: torch,exllamav2")
     parser.add_argument("--work", type=Path, default=Path("/tmp/codecue-gpu-check/models"), help="where models are built")
     parser.add_argument("--results", type=Path, default=None, help="step results (JSON); default: --out/gpu_check")
-    parser.add_argument("--out", type=Path, default=None, help="where the table goes (default: $OUT, else bench_out)")
+    parser.add_argument("--out", type=Path, default=None, help="the folder for the steps' JSON and the table (default: gpu-check/ in the checkout)")
     parser.add_argument("--prompt-tokens", type=int, default=None, help="default 512 (GPU) / 48 (--tiny)")
     parser.add_argument("--new-tokens", type=int, default=None, help="default 128 (GPU) / 24 (--tiny)")
     parser.add_argument("--reps", type=int, default=None, help="timed repetitions per cost (default 20 / 3)")
@@ -397,7 +399,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.prompt_tokens = args.prompt_tokens or (48 if args.tiny else 512)
     args.new_tokens = args.new_tokens or (24 if args.tiny else 128)
     args.reps = args.reps or (3 if args.tiny else 20)
-    args.out = args.out or Path(os.environ.get("OUT") or REPO / "bench_out")
+    args.out = args.out or REPO / "gpu-check"
     args.results = args.results or args.out / "gpu_check"
     return args
 

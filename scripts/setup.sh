@@ -24,14 +24,15 @@ if ! "$VPY" -c 'import torch' 2>/dev/null; then
   "$VPY" -m pip install -q torch==2.13.0
 fi
 
-step "installing codecue and its dependencies"
+step "installing codecue and its runtime dependencies"
+# The product alone: the test tools, the benchmark lab and its peers are scripts/test.sh's to install.
 # setuptools tells every editable install to beware of a folder named like the package in the working
 # directory (this checkout is that folder, by design): a note for packagers, not for the user
-PYTHONWARNINGS="ignore:Editable installation" "$VPY" -m pip install -q -e '.[dev,server,openvino]'
+PYTHONWARNINGS="ignore:Editable installation" "$VPY" -m pip install -q -e .
 # An editor's cold start runs three interpreters (relay, daemon, model process): CodeCue's bytecode compiled
 # now, so that none compiles its modules from source where PYTHONDONTWRITEBYTECODE keeps Python from caching
 # them (many containers set it; it cost 0.2-0.9 s of a cold start on a 2-core AMD EPYC).
-"$VPY" -m compileall -q -x "/bench/corpus/" codecue
+"$VPY" -m compileall -q codecue
 
 # llama.cpp is compiled from source (about 5 minutes on 2 cores, once per CPU: the wheel is cached), from
 # llama-cpp-python's sdist with CodeCue's patches (scripts/patches/: the AMX tile-configuration fix that

@@ -3,6 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --no-demo
+# What the tests need beyond the product: the test tools (pytest, a Neovim, import-linter, ...), llama-cpp-python's
+# server for the remote tests, and the benchmark lab (benchmarks/) with its OpenVINO peer, whose tests run too.
+printf '\n== test tools and the benchmark lab\n'
+PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e '.[dev,server]' \
+  -e './benchmarks[openvino]'
 # The AVX2 CPU class (tests/test_cpu_class.py runs it and its native check) and llama-server, the native
 # peer of `codecue bench speed` (tests/test_llama_server.py): each built once per version and cached.
 printf '\n== llama.cpp for the AVX2 CPU class, and llama-server\n'
@@ -11,6 +16,8 @@ bash scripts/build_llama_server.sh
 export CODECUE_REQUIRE_REAL_MODELS=1  # the integration tests must run, not skip
 printf '\n== import layers (pyproject [tool.importlinter])\n'
 .venv/bin/lint-imports
+printf '\n== raw reports: each from a clean commit, naming its model files; README links only those\n'
+.venv/bin/python benchmarks/measurements.py --check
 printf '\n== python tests\n'
 .venv/bin/python -m pytest -q -rs
 

@@ -32,7 +32,7 @@ os.environ["CODECUE_MACHINE_COSTS"] = os.path.join(tempfile.mkdtemp(prefix="code
 
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from codecue.testing import build_tiny_model_dir
+    from harness.tiny_models import build_tiny_model_dir
 
     root = tmp_path_factory.mktemp("tiny")
     return {

@@ -53,7 +53,7 @@ OTHER_CONTINUATION = "class Point:\n    def __init__(self, x, y):\n"
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny target (seed 0) and an unrelated tiny draft (seed 1), as HF directories."""
-    from codecue.testing import build_tiny_model_dir
+    from harness.tiny_models import build_tiny_model_dir
 
     root = tmp_path_factory.mktemp("conformance")
     return {"target_dir": build_tiny_model_dir(root / "target", seed=0),
@@ -63,7 +63,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def tiny_ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The same tiny target and draft as GGUF files."""
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     root = tmp_path_factory.mktemp("conformance-gguf")
     return {"target_gguf": build_tiny_gguf(root / "target.gguf", seed=0),
@@ -72,7 +72,7 @@ def tiny_ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from codecue.testing import build_tokenizer
+    from harness.tiny_models import build_tokenizer
 
     return build_tokenizer()
 
@@ -81,7 +81,7 @@ def tokenizer():
 def wide_tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny models with the real models' head size (hidden 512 over 4 heads), for the GPU runtimes' kernels.
     Their logits are kept in the range the tolerances were measured on: the spread grows with sqrt(hidden)."""
-    from codecue.testing import build_tiny_model_dir
+    from harness.tiny_models import build_tiny_model_dir
 
     root = tmp_path_factory.mktemp("conformance-wide")
     scale = 8.0 * (64 / 512) ** 0.5

@@ -1,6 +1,6 @@
 """The llama.cpp backend's own behaviour (the shared protocol is in test_backend_conformance.py).
 
-Runs on the tiny random GGUF from :mod:`codecue.testing_gguf`, which holds the same weights as the tiny
+Runs on the tiny random GGUF from :mod:`harness.tiny_gguf`, which holds the same weights as the tiny
 HF model, so llama.cpp can be checked against transformers directly. Tests that need the real default
 models are marked ``realmodels``. Without llama.cpp or the models these tests skip, saying why, or fail
 where ``CODECUE_REQUIRE_REAL_MODELS`` is set (harness.runtimes.need).
@@ -18,8 +18,8 @@ import torch
 
 from codecue.backends import llamacpp
 from codecue.errors import BackendUnavailable, CodeCueError, ModelError
-from codecue.testing import SPECIAL_TOKENS
 from harness.runtimes import need, need_hardware, need_llama_cpp
+from harness.tiny_models import SPECIAL_TOKENS
 
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
@@ -35,8 +35,8 @@ needs_llama_cpp = pytest.mark.usefixtures("llama_cpp")
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from codecue.testing import build_tiny_model_dir
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
+    from harness.tiny_models import build_tiny_model_dir
 
     root = tmp_path_factory.mktemp("llamacpp")
     return {"gguf": build_tiny_gguf(root / "tiny.gguf", seed=0), "hf": build_tiny_model_dir(root / "hf", seed=0)}
@@ -52,7 +52,7 @@ def backend(tiny: dict[str, Path]):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from codecue.testing import build_tokenizer
+    from harness.tiny_models import build_tokenizer
 
     return build_tokenizer()
 
@@ -78,7 +78,7 @@ def test_missing_llama_cpp_python_is_a_clear_backend_unavailable(monkeypatch: py
 
 
 def test_draft_accounting_reads_acceptance_off_the_context() -> None:
-    from codecue.bench.llamacpp_peers import CountingDraftModel
+    from codecue_bench.llamacpp_peers import CountingDraftModel
 
     counted = CountingDraftModel(lambda ids: [1, 2, 3])
     assert list(counted([7, 8])) == [1, 2, 3]
@@ -229,7 +229,7 @@ def test_a_closed_backend_refuses_work(tiny: dict[str, Path]) -> None:
 def test_peers_agree_with_each_other_and_with_the_backend(tiny: dict[str, Path], tmp_path: Path, tokenizer) -> None:
     """llama.cpp's own modes (the benchmark's peers) give the target's greedy output on the tiny model."""
     from codecue.backends.base import CachedSequence
-    from codecue.bench.llamacpp_peers import LlamaCppPeers
+    from codecue_bench.llamacpp_peers import LlamaCppPeers
 
     prompt = tokenizer.encode(CORPUS[0] * 3, add_special_tokens=False)
     with LlamaCppPeers(tiny["gguf"], tiny["gguf"], n_ctx=256) as peers:
@@ -296,7 +296,7 @@ def test_repack_switch_loads_the_same_model(tiny: dict[str, Path], backend, toke
 def test_peers_without_repack_restore_llama_cpp_defaults(tiny: dict[str, Path], tokenizer) -> None:
     import llama_cpp.llama_cpp as lib
 
-    from codecue.bench.llamacpp_peers import LlamaCppPeers
+    from codecue_bench.llamacpp_peers import LlamaCppPeers
 
     original = lib.llama_model_default_params
     prompt = tokenizer.encode(CORPUS[0], add_special_tokens=False)
@@ -338,7 +338,7 @@ def test_requantized_layout_is_made_once_atomically_and_computes_nearly_the_same
 def test_layout_quality_compares_the_derived_file_with_its_source(tiny: dict[str, Path], tmp_path, monkeypatch):
     import shutil
 
-    from codecue.bench import layouts
+    from codecue_bench import layouts
 
     source = tmp_path / "tiny.gguf"
     shutil.copy(tiny["gguf"], source)
@@ -379,7 +379,7 @@ def _rows_probe(model: Path, rowwise_max: str | None) -> dict:
 def test_a_q4_0_verification_computes_each_row_as_a_one_token_step_on_amx(tmp_path):
     from codecue.backends.native_check import cpu_signature
     from codecue.models.requantize import requantized
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     need_hardware("amx_int8" in cpu_signature().split(),
                   "the amx-verify-rows kernel is compiled for CPUs with AMX only; others never run it")

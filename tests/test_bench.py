@@ -12,14 +12,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from gguf import LlamaFileType
 
 from codecue import __version__
 from codecue.backends.cpu_class import cpu_class, llamacpp_build
-from codecue.bench.peers import PEERS, peer_name
-from codecue.bench.points import CORPUS_DIR
-from codecue.bench.report import KERNEL_FLAG_PREFIXES, SOURCE_ROOT, report_meta, report_path
 from codecue.cli import main
 from codecue.commands import bench
+from codecue.models.gguf_reader import read_gguf_header
+from codecue_bench.peers import PEERS, peer_name
+from codecue_bench.points import CORPUS_DIR
+from codecue_bench.report import KERNEL_FLAG_PREFIXES, SOURCE_ROOT, report_meta, report_path, served_model
 
 SOURCE = "import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 
@@ -48,7 +50,8 @@ def test_bench_points_file_json_and_plot(tmp_path, tmp_path_factory, tiny_dirs, 
     table = capsys.readouterr().out
     assert "| method" in table and "hf-assisted" in table
     assert data["models"] == {"target": "target", "draft": "target"}
-    assert_report_meta(out, "speed", f"codecue bench speed --points {points.name} --target target", tmp_path_factory)
+    assert_report_meta(out, "speed", f"codecue bench speed --points {points.name} --target target", tmp_path_factory,
+                       models=dict.fromkeys(("target", "draft", "shipped target", "shipped draft"), "target"))
 
 
 def test_bench_bad_points_file_is_a_clear_error(tmp_path, capsys):
@@ -101,7 +104,7 @@ def test_bench_k_comparison_tuned_vs_fixed(tmp_path, tiny_dirs, capsys, monkeypa
 
 
 def test_bench_rejects_bad_k_methods(tmp_path, capsys):
-    from codecue.bench.runner import split_method
+    from codecue_bench.runner import split_method
 
     assert split_method("hybrid@6") == ("hybrid", "6")
     assert split_method("draft@tuned") == ("draft", "tuned")
@@ -173,11 +176,16 @@ def test_the_python_loop_peers_say_so_and_keep_their_former_names():
 # -- the raw reports -----------------------------------------------------------------------------------
 
 
-def assert_report_meta(path: Path, kind: str, command_start: str, tmp_path_factory) -> dict:
-    """The report at ``path`` has its meta record, and names no directory of this machine anywhere."""
+def assert_report_meta(path: Path, kind: str, command_start: str, tmp_path_factory,
+                       models: dict[str, str] | None = None) -> dict:
+    """The report at ``path`` has its meta record (with the model files it served: role -> file name, when
+    ``models`` is given), and names no directory of this machine anywhere."""
     text = path.read_text()
     meta = json.loads(text)["meta"]
-    assert set(meta) == {"kind", "cpu", "cpu_flags", "cpu_class", "llama_cpp", "command", "commit", "date"}
+    assert set(meta) == {"kind", "cpu", "cpu_flags", "cpu_class", "llama_cpp", "command", "commit", "date", "models"}
+    if models is not None:
+        assert {role: served["file"] for role, served in meta["models"].items()} == models
+    assert all(served["layout"] for served in meta["models"].values())
     assert meta["kind"] == kind and meta["command"].startswith(command_start)
     assert meta["cpu_class"] == cpu_class() and meta["llama_cpp"] == llamacpp_build()
     assert isinstance(meta["cpu"], str) and meta["cpu_flags"] == sorted(meta["cpu_flags"])
@@ -206,14 +214,15 @@ def _strings(value, key=""):
 def test_context_and_prompt_cost_reports_carry_meta_and_no_machine_path(tmp_path, tmp_path_factory, tiny_dirs):
     out = tmp_path / "context.json"
     assert main(["bench", "context", "--lines", "60", "--samples", "3", f"--json={out}"]) == 0
-    meta = assert_report_meta(out, "context", "codecue bench context --lines 60", tmp_path_factory)
+    meta = assert_report_meta(out, "context", "codecue bench context --lines 60", tmp_path_factory, models={})
     assert meta["command"] == "codecue bench context --lines 60 --samples 3 --json=context.json"
     source = tmp_path / "sample.py"
     source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(40)))
     out = tmp_path / "cost.json"
     assert main(["bench", "--prompt-cost", str(source), "--layouts", "psm", "--target", str(tiny_dirs["target"]),
                  "--json", str(out)]) == 0
-    assert_report_meta(out, "prompt-cost", "codecue bench --prompt-cost sample.py --layouts psm", tmp_path_factory)
+    assert_report_meta(out, "prompt-cost", "codecue bench --prompt-cost sample.py --layouts psm", tmp_path_factory,
+                       models={"tokenizer": tiny_dirs["target"].name})
     assert [row["file"] for row in json.loads(out.read_text())["rows"]] == ["sample.py"]
 
 
@@ -222,6 +231,19 @@ def test_a_report_names_corpus_files_from_the_corpus_and_others_by_name(tmp_path
     link = tmp_path / "model.gguf"
     link.symlink_to(tmp_path / "0123abcd")  # a cached file named by its hash
     assert report_path(link) == "model.gguf"
+
+
+def test_a_report_names_each_served_file_with_its_size_and_layout(tmp_path, tiny_dirs):
+    from harness.tiny_gguf import convert_tiny_model_dir
+
+    gguf = Path(convert_tiny_model_dir(tiny_dirs["target"], tmp_path / "tiny.gguf"))
+    declared = read_gguf_header(gguf).metadata["general.file_type"]
+    entry = served_model(gguf)
+    assert entry == {"file": "tiny.gguf", "bytes": gguf.stat().st_size,
+                     "layout": LlamaFileType(declared).name.removeprefix("MOSTLY_")}
+    assert served_model(tiny_dirs["target"]) == {"file": tiny_dirs["target"].name, "bytes": None, "layout": "hf"}
+    meta = report_meta("speed", ["speed"], {"target": gguf, "draft": None})
+    assert list(meta["models"]) == ["target"]  # a role without a file is left out
 
 
 def test_a_report_names_the_cpu_by_family_and_model_where_its_name_is_only_the_vendors_line(monkeypatch, tmp_path):
@@ -236,7 +258,7 @@ def test_a_report_names_the_cpu_by_family_and_model_where_its_name_is_only_the_v
     monkeypatch.setattr(native_check, "CPUINFO", cpuinfo)
     assert native_check.cpu_description() == "AMD EPYC (family 25, model 17)"
     assert native_check.cpu_signature() == "AMD EPYC | avx avx2 fpu"
-    meta = report_meta("quality", ["quality"])
+    meta = report_meta("quality", ["quality"], {})
     assert meta["cpu"] == "AMD EPYC (family 25, model 17)" and meta["cpu_flags"] == ["avx", "avx2"]
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: sse2\n")  # no family: the name alone
     assert native_check.cpu_description() == "Some CPU"

@@ -2,7 +2,7 @@
 runs that reappear in the new prompt are kept at their new positions and only the new tokens are
 evaluated (:class:`codecue.backends.base.CachedSequence`, :func:`codecue.backends.base.reuse_plan`).
 
-On the tiny random GGUFs of :mod:`codecue.testing_gguf`, through the llama.cpp backend, with the tokens
+On the tiny random GGUFs of :mod:`harness.tiny_gguf`, through the llama.cpp backend, with the tokens
 llama.cpp evaluates counted at its decode calls. Self-contained: imports nothing from other test modules.
 
 What these tests measured, and assert (tiny models, logits within about ±5):
@@ -79,7 +79,7 @@ def common_suffix_length(a: list[int], b: list[int]) -> int:
 
 @pytest.fixture(scope="module")
 def ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     root = tmp_path_factory.mktemp("chunk-reuse")
     return {"target": build_tiny_gguf(root / "target.gguf", seed=0),
@@ -89,7 +89,7 @@ def ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from codecue.testing import build_tokenizer
+    from harness.tiny_models import build_tokenizer
 
     return build_tokenizer()
 
@@ -684,7 +684,7 @@ def test_a_second_sequence_changes_nothing_for_the_first(backends) -> None:
 
 def test_torch_keeps_prefix_reuse_and_its_outputs(tokenizer, tmp_path: Path) -> None:
     from codecue.backends.torch_backend import TorchBackend
-    from codecue.testing import build_tiny_model_dir
+    from harness.tiny_models import build_tiny_model_dir
 
     backend = TorchBackend.from_pretrained(build_tiny_model_dir(tmp_path / "tiny", seed=0), dtype="float32")
     assert not backend.can_shift

@@ -78,7 +78,7 @@ def test_explain_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_bench_script_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
-    from codecue.bench import context as bench
+    from codecue_bench import context as bench
 
     result = bench.run_benchmark(lines=200, samples=5)
     assert result["lines"] == 200
@@ -93,9 +93,9 @@ def test_explain_shows_the_k_of_what_would_be_served(tmp_path: Path, private_con
     """explain's K is the K authority's for the pair the runtime plan would serve, with the costs measured
     here: 0 while nothing is measured; the profile's K once costs where drafting pays are recorded."""
     need_llama_cpp()
-    from codecue.testing_gguf import build_tiny_gguf
     from codecue.tuning import CostModel
     from codecue.tuning.machine_costs import MachineCosts, store_machine_costs
+    from harness.tiny_gguf import build_tiny_gguf
 
     monkeypatch.setenv("CODECUE_MACHINE_COSTS", str(tmp_path / "costs.json"))
     target, draft = build_tiny_gguf(tmp_path / "t.gguf", seed=0), build_tiny_gguf(tmp_path / "d.gguf", seed=1)

@@ -77,7 +77,7 @@ def test_the_avx2_build_serves_and_passes_its_native_check(tmp_path):
     mapped are the class's; its child-process native check on a model passes (what CI requires of it)."""
     need_llama_cpp()
     need_avx2_build()
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     model = build_tiny_gguf(tmp_path / "tiny.gguf")
     env = dict(os.environ, CODECUE_CPU_CLASS="avx2", CODECUE_NATIVE_CHECK="1")
@@ -96,7 +96,7 @@ def test_native_and_avx2_give_the_same_greedy_tokens(tmp_path):
     kernels differ; on a random tiny model with a wide logit scale the argmax does not)."""
     need_llama_cpp()
     need_avx2_build()
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     model = build_tiny_gguf(tmp_path / "tiny.gguf")
     script = ("import json, sys\nfrom pathlib import Path\nfrom codecue.backends.llamacpp import LlamaCppBackend\n"

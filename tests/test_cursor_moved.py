@@ -2,7 +2,7 @@
 
 A cursor move warms the full prompt of the new place into the target's KV cache, so the request that
 follows there evaluates only a few tokens; a real request that arrives during the warm-up cancels it and is
-answered without waiting for it. The slowed-down harness (``codecue.server.testing``) makes the warm-up
+answered without waiting for it. The slowed-down harness (``harness.paced_server``) makes the warm-up
 long enough to be caught mid-way.
 
 Self-contained on purpose (a small JSON-RPC client of its own): it imports no other test module.
@@ -126,7 +126,7 @@ class Client:
 def server_cmd(model_dir: Path, forward_delay_ms: int = 0) -> list[str]:
     """The in-process server on the tiny pair; with a delay, the harness whose forward passes sleep first."""
     if forward_delay_ms:
-        return [sys.executable, "-m", "codecue.server.testing", "--target", str(model_dir), "--draft",
+        return [sys.executable, "-m", "harness.paced_server", "--target", str(model_dir), "--draft",
                 str(model_dir), "--backend", "torch", "--forward-delay-ms", str(forward_delay_ms)]
     return [sys.executable, "-m", "codecue.cli", "serve", "--in-process", "--target", str(model_dir),
             "--draft", str(model_dir), "--backend", "torch", "--dtype", "float32"]

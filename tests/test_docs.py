@@ -3,7 +3,7 @@
 - every file in docs/bench/ is a raw report (meta: CPU, class, flags, llama.cpp build, command, commit,
   date; no absolute path of the machine it ran on) or a file shown with one, and docs/measurements.md
   links it;
-- docs/measurements.md is exactly what ``python scripts/measurements.py`` writes, so it cannot go stale;
+- docs/measurements.md is exactly what ``python benchmarks/measurements.py`` writes, so it cannot go stale;
 - README.md is at most 300 lines, and every relative link (and anchor) in README.md, docs/*.md and
   editor_clients/README.md leads somewhere;
 - the team-server command lines use the current llama-server's flags;
@@ -30,7 +30,7 @@ README = ROOT / "README.md"
 
 
 def _load_generator():
-    spec = importlib.util.spec_from_file_location("codecue_docs_measurements", ROOT / "scripts" / "measurements.py")
+    spec = importlib.util.spec_from_file_location("codecue_docs_measurements", ROOT / "benchmarks" / "measurements.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
@@ -53,7 +53,7 @@ def test_every_bench_file_is_linked_from_the_measurements_page() -> None:
     page = MEASUREMENTS.read_text(encoding="utf-8")
     unlinked = [p.name for p in bench_files()
                 if f"({quote(os.path.relpath(p, MEASUREMENTS.parent))})" not in page]
-    assert unlinked == [], "not linked from docs/measurements.md (run python scripts/measurements.py, or remove them)"
+    assert unlinked == [], "not linked from docs/measurements.md (run python benchmarks/measurements.py, or remove them)"
 
 
 def test_every_report_says_where_and_how_it_was_measured() -> None:
@@ -74,7 +74,7 @@ def test_the_bench_directory_holds_only_reports_and_their_files() -> None:
 
 def test_the_measurements_page_is_what_the_generator_writes() -> None:
     assert MEASUREMENTS.read_text(encoding="utf-8") == gen.generate(BENCH, MEASUREMENTS, gen.SHIPPED), (
-        "docs/measurements.md is stale: run python scripts/measurements.py")
+        "docs/measurements.md is stale: run python benchmarks/measurements.py")
 
 
 def test_the_readme_is_at_most_300_lines() -> None:
@@ -179,7 +179,9 @@ def test_llama_server_command_lines_use_current_flags() -> None:
 
 META = {"kind": "speed", "cpu": "Example CPU 9000", "cpu_flags": ["sse4_2", "avx2", "fma"], "cpu_class": "native",
         "llama_cpp": "0.3.36+codecue.0123abcd", "command": "codecue bench --json docs/bench/speed.json",
-        "commit": "0123abc", "date": "2026-12-02T10:00:00Z"}
+        "commit": "0123abc", "date": "2026-12-02T10:00:00Z",
+        "models": {"target": {"file": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "bytes": 1117320768,
+                              "layout": "Q4_K_M"}}}
 SPEED_ROWS = [
     {"method": "default", "language": "all", "points": 16, "identical": 16, "median_tpot_ms": 33.79,
      "median_ttft_ms": 5139.2, "median_speedup": 1.2011, "acceptance_rate": 0.625, "extra": {}},
@@ -261,6 +263,12 @@ def test_a_report_gets_a_section_that_names_its_cpu_command_commit_and_date(tmp_
     ("cmd.json", {"meta": dict(META, kind="replay", command="codecue bench --replay /tmp/x.py")}, "absolute path"),
     ("win.json", {"meta": dict(META, kind="replay"), "model": "C:\\Users\\dev\\m.gguf"}, "absolute path"),
     ("speed.json", {"meta": META, "summary": [{"method": "default"}]}, "speed summary rows lack"),
+    ("dirty.json", {"meta": dict(META, kind="replay", commit="0123abc-dirty")}, "uncommitted changes"),
+    ("version.json", {"meta": dict(META, kind="replay", commit="0.1.0")}, "not made from a git checkout"),
+    ("no-models.json", {"meta": {k: v for k, v in META.items() if k != "models"}}, "meta lacks models"),
+    ("none-served.json", {"meta": dict(META, kind="quality", models={})}, "names no model file"),
+    ("no-layout.json", {"meta": dict(META, kind="quality", models={"target": {"file": "t.gguf"}})},
+     "must name the file and its layout"),
 ])
 def test_reports_without_their_origin_are_refused(tmp_path: Path, name: str, data: dict, problem: str) -> None:
     write(tmp_path, name, data)
@@ -269,6 +277,23 @@ def test_reports_without_their_origin_are_refused(tmp_path: Path, name: str, dat
     assert any(p.startswith(f"{name}: ") and problem in p for p in error.value.problems), error.value.problems
     assert gen.main(["--bench-dir", str(tmp_path), "--output", str(tmp_path / "m.md")]) == 2
     assert not (tmp_path / "m.md").exists()
+
+
+def test_a_model_free_report_may_name_no_model_and_the_page_names_the_served_files(tmp_path: Path) -> None:
+    write(tmp_path, "context.json", {"meta": dict(META, kind="context", models={}), "median_ms": 1.5})
+    write(tmp_path, "speed.json", {"meta": META, "summary": SPEED_ROWS})
+    text = gen.generate(tmp_path, tmp_path / "m.md")
+    assert "- models: none (no model evaluated)" in text
+    assert "- models: target: `qwen2.5-coder-1.5b-instruct-q4_k_m.gguf` (Q4_K_M, 1,117,320,768 bytes)" in text
+
+
+def test_the_readme_links_only_checked_reports(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    checked = gen.load_reports(BENCH) if BENCH.is_dir() else []
+    readme.write_text("[a gone report](docs/bench/gone.json)\n", encoding="utf-8")
+    assert gen.readme_problems(checked, readme) == [
+        "README.md links docs/bench/gone.json, which is not a checked report"]
+    assert gen.readme_problems(checked) == []  # the repository's own README
 
 
 def test_a_file_that_belongs_to_no_report_is_refused(tmp_path: Path) -> None:
@@ -280,5 +305,5 @@ def test_a_file_that_belongs_to_no_report_is_refused(tmp_path: Path) -> None:
 
 
 def test_relative_paths_and_urls_are_not_machine_paths() -> None:
-    assert gen.absolute_paths({"file": "codecue/bench/corpus/python/a.py", "url": "https://example.com/tmp/x",
+    assert gen.absolute_paths({"file": "benchmarks/codecue_bench/corpus/python/a.py", "url": "https://example.com/tmp/x",
                                "note": "ratio 1/2", "command": "codecue bench --replay examples/stats.py"}) == []

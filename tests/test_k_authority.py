@@ -110,8 +110,8 @@ def test_codecue_complete_asks_the_authority(costs, expected, costs_file, tiny_d
 
 @pytest.mark.parametrize(("costs", "expected"), [(None, 0), (AVX2, 0), (CHEAP, "profile")])
 def test_bench_default_asks_the_authority(costs, expected, costs_file, make_completer):
-    from codecue.bench.points import Point
-    from codecue.bench.speed import default_method
+    from codecue_bench.points import Point
+    from codecue_bench.speed import default_method
 
     completer = make_completer(draft="target")
     record(costs, completer.runtime, *completer.names)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codecue.bench.llama_server import LlamaServer, ServerConfig, standard_configs
-from codecue.bench.report import server_ratio_lines
-from codecue.bench.runner import RunRecord
+from codecue_bench.llama_server import LlamaServer, ServerConfig, standard_configs
+from codecue_bench.report import server_ratio_lines
+from codecue_bench.runner import RunRecord
 from harness.runtimes import need_llama_cpp, need_llama_server
 
 
@@ -42,7 +42,7 @@ def test_llama_server_decodes_the_prompt_ids_greedily_as_codecue_does(tmp_path):
     need_llama_cpp()
     need_llama_server()
     from codecue.backends.llamacpp import LlamaCppBackend
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     model = build_tiny_gguf(tmp_path / "tiny.gguf")
     backend = LlamaCppBackend.load(model, n_ctx=512, repack=False)
@@ -71,7 +71,7 @@ def test_speed_bench_runs_the_server_peers_beside_codecue(tmp_path, capsys):
     import json
 
     from codecue.cli import main
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     need_llama_cpp()
     need_llama_server()

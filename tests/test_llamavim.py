@@ -1,4 +1,4 @@
-"""llama.vim's requests (codecue.bench.llamavim): their shape against llama.vim's source, the ring of extra
+"""llama.vim's requests (codecue_bench.llamavim): their shape against llama.vim's source, the ring of extra
 chunks, the result cache and the render; and round trips to the built llama-server on a tiny GGUF (the
 answer, streaming, and the prompt tokens the server's cache saves after an edit and after the ring moves)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codecue.bench.llamavim import (
+from codecue_bench.llamavim import (
     PEER_NAME,
     SERVER_FLAGS,
     SERVER_N_CTX,
@@ -176,8 +176,8 @@ def test_render_drops_a_suggestion_that_repeats_the_next_line():
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
     need_llama_server()
-    from codecue.bench.llama_server import LlamaServer
-    from codecue.testing_gguf import build_tiny_gguf
+    from codecue_bench.llama_server import LlamaServer
+    from harness.tiny_gguf import build_tiny_gguf
 
     model = build_tiny_gguf(tmp_path_factory.mktemp("llamavim") / "tiny.gguf")
     config = llama_vim_server_config(model)
@@ -234,7 +234,7 @@ def test_cache_reuse_shifts_the_ring_when_its_oldest_chunk_leaves(tiny_server):
 
 
 def test_the_quality_peer_scores_llama_vims_first_suggestion(tiny_server):
-    from codecue.bench.quality import PEER_VARIANTS, llama_vim_peer, project_points, run_quality
+    from codecue_bench.quality import PEER_VARIANTS, llama_vim_peer, project_points, run_quality
 
     points = [p for p in project_points(languages=["python"]) if p.path == "totals.py"][:2]
     records = run_quality(None, points, [PEER_NAME], max_tokens=4, peers={PEER_NAME: llama_vim_peer(tiny_server, 4)})
@@ -258,7 +258,7 @@ def test_the_result_cache_keeps_the_most_recently_used_answers():
 
 
 def test_a_streamed_answer_is_cut_where_the_servers_indentation_stop_cuts_a_whole_one():
-    from codecue.bench.llama_server import indent_cut
+    from codecue_bench.llama_server import indent_cut
 
     assert indent_cut("x = 1\n    y = 2\nz", 4) == "x = 1\n    y = 2\n"
     assert indent_cut("x = 1\n  z", 4) == "x = 1\n  "  # the server keeps the line's whitespace

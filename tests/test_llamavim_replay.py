@@ -1,4 +1,4 @@
-"""The replay against llama-server through llama.vim's client (codecue.bench.llamavim_replay): llama.vim's
+"""The replay against llama-server through llama.vim's client (codecue_bench.llamavim_replay): llama.vim's
 insert-mode handling on a scripted server (one request in flight, the retry, typing into a cached
 suggestion), the report side by side with CodeCue's, and a short real replay on a tiny GGUF."""
 
@@ -9,10 +9,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from codecue.bench.llama_server import Infill
-from codecue.bench.llamavim import SERVER_N_CTX, LlamaVimClient, llama_vim_server_config
-from codecue.bench.llamavim_replay import VimEvent, VimSession, run_llama_vim_replay
-from codecue.bench.report import format_replay_peer
+from codecue_bench.llama_server import Infill
+from codecue_bench.llamavim import SERVER_N_CTX, LlamaVimClient, llama_vim_server_config
+from codecue_bench.llamavim_replay import VimEvent, VimSession, run_llama_vim_replay
+from codecue_bench.report import format_replay_peer
 from harness.runtimes import need_llama_server
 
 
@@ -101,8 +101,8 @@ def test_the_side_by_side_table_names_both_and_every_event_kind():
 
 def test_a_short_replay_against_the_built_llama_server(tmp_path):
     need_llama_server()
-    from codecue.bench.llama_server import LlamaServer
-    from codecue.testing_gguf import build_tiny_gguf
+    from codecue_bench.llama_server import LlamaServer
+    from harness.tiny_gguf import build_tiny_gguf
 
     model = build_tiny_gguf(tmp_path / "tiny.gguf")
     source = tmp_path / "app.py"
@@ -125,7 +125,7 @@ def test_a_short_replay_against_the_built_llama_server(tmp_path):
 def test_the_replay_command_takes_the_peer_flag():
     import argparse
 
-    from codecue.bench.replay import add_arguments
+    from codecue_bench.replay import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -27,7 +27,7 @@ def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture()
 def gguf_pair(tmp_path: Path) -> tuple[Path, Path]:
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     return build_tiny_gguf(tmp_path / "target.gguf", seed=0), build_tiny_gguf(tmp_path / "draft.gguf", seed=1)
 

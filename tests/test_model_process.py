@@ -11,8 +11,8 @@ import pytest
 
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.server.model_process import ModelProcessCrashed, child_process_factory
-from codecue.server.testing import SEGFAULT_MARKER_ENV
 from codecue.server.worker import GenerationJob, ModelWorker
+from harness.paced_server import SEGFAULT_MARKER_ENV
 from harness.runtimes import need_llama_cpp
 
 MARKER = "CRASH_THE_MODEL_PROCESS"
@@ -23,7 +23,7 @@ def segfaulting_worker(tiny_dirs, monkeypatch):
     monkeypatch.setenv(SEGFAULT_MARKER_ENV, MARKER)
     choice = CompletionConfig(ModelChoice(target=str(tiny_dirs["target"]), draft=str(tiny_dirs["target"]),
                                           backend="torch", dtype="float32"), DecodingSettings(draft_mode="hybrid"))
-    worker = ModelWorker(choice, child_process_factory("codecue.server.testing:load_segfaulting_completer"),
+    worker = ModelWorker(choice, child_process_factory("harness.paced_server:load_segfaulting_completer"),
                          idle_unload_s=None)
     yield worker, choice
     worker.shutdown(timeout=10)
@@ -49,7 +49,7 @@ def test_a_segfault_in_the_model_process_fails_one_job_and_the_next_is_served(se
 
 def test_the_stop_rule_and_cancellation_reach_the_model_process(segfaulting_worker):
     from codecue.engine.stops import StopRule
-    from codecue.server.testing import CutAt
+    from harness.paced_server import CutAt
 
     worker, choice = segfaulting_worker
     whole = worker.submit(GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=32)).result(timeout=120)
@@ -69,7 +69,7 @@ async def test_the_server_answers_a_crashed_request_with_an_error_and_serves_the
     from harness.server import server_env
 
     model = str(tiny_dirs["target"])
-    argv = [sys.executable, "-m", "codecue.server.testing", "--target", model, "--draft", model,
+    argv = [sys.executable, "-m", "harness.paced_server", "--target", model, "--draft", model,
             "--backend", "torch", "--segfault-on", MARKER]
     client = await LspClient.start(argv, server_env(tmp_path))
     try:
@@ -163,7 +163,7 @@ def test_wrong_logits_fail_the_comparison():
 def test_llamacpp_check_on_a_real_gguf_runs_once_per_model(check_cache, tmp_path, monkeypatch):
     need_llama_cpp()
     from codecue.backends import native_check
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     model = build_tiny_gguf(tmp_path / "tiny.gguf", seed=0)
     calls = counting_probe(monkeypatch)
@@ -183,7 +183,7 @@ def test_create_backend_uses_the_checked_layout(check_cache, tmp_path, monkeypat
     need_llama_cpp()
     from codecue.backends import create_backend, native_check
     from codecue.models.resolve import ModelSource
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     model = build_tiny_gguf(tmp_path / "tiny.gguf", seed=0)
     monkeypatch.setattr(native_check, "PROBE_MODULE", "tests.native_probe_segfault")
@@ -203,7 +203,7 @@ def test_the_faster_attention_kernel_is_measured_once_per_model_and_used(check_c
     from codecue.backends import create_backend, native_check
     from codecue.backends import llamacpp as llamacpp_module
     from codecue.models.resolve import ModelSource
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     model = build_tiny_gguf(tmp_path / "tiny.gguf", seed=0)
     timed: list[bool] = []

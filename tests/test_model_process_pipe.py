@@ -15,8 +15,8 @@ from codecue.engine.stops import StopRule
 from codecue.errors import ModelError
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.server.model_process import CompleterProcess, child_process_factory
-from codecue.server.testing import FORWARD_DELAY_ENV, HANG_FILE_ENV
 from codecue.server.worker import GenerationJob, ModelWorker, load_completer
+from harness.paced_server import FORWARD_DELAY_ENV, HANG_FILE_ENV
 
 DOCUMENT = "def add(a, b):\n    \n\ndef sub(a, b):\n    return a - b\n"
 CURSOR = (1, 4)
@@ -134,7 +134,7 @@ def test_a_cancel_stops_the_model_process_within_one_round(tiny_dirs, hang_file)
     before it has arrived): the child finishes that round and starts no other. Only the shared flag
     can say so in time; the server hears of the round's end only after the child has checked it."""
     choice = tiny_choice(tiny_dirs)
-    worker = ModelWorker(choice, child_process_factory("codecue.server.testing:load_throttled_completer"),
+    worker = ModelWorker(choice, child_process_factory("harness.paced_server:load_throttled_completer"),
                          idle_unload_s=None, measure_costs=False)
     try:
         touched: list[str] = []
@@ -162,7 +162,7 @@ def test_a_cancel_stops_the_model_process_within_one_round(tiny_dirs, hang_file)
 def test_warm_ups_and_measurements_in_the_model_process_are_cancelled_through_the_flag(tiny_dirs, hang_file):
     from codecue.tuning.machine_costs import MeasurementAbandoned
 
-    process = CompleterProcess(tiny_choice(tiny_dirs), "codecue.server.testing:load_throttled_completer")
+    process = CompleterProcess(tiny_choice(tiny_dirs), "harness.paced_server:load_throttled_completer")
     try:
         prefix = "def add(a, b):\n    return a + b\n" * 40
         for run, expect in ((lambda: process.warm_context(prefix, ""), int),
@@ -230,7 +230,7 @@ from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoic
 from codecue.server.model_process import CompleterProcess
 choice = CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[1], backend="torch", dtype="float32"),
                           DecodingSettings(draft_mode="hybrid", k=3))
-process = CompleterProcess(choice, "codecue.server.testing:load_throttled_completer")
+process = CompleterProcess(choice, "harness.paced_server:load_throttled_completer")
 print(process.pid, flush=True)
 process.warm_context("def add(a, b):\\n    return a + b\\n" * 60, "")  # 200 ms a 16-token step: ~20 s
 """
@@ -272,7 +272,7 @@ def test_a_model_process_whose_server_died_stops_its_work(tiny_dirs, monkeypatch
 def test_a_load_that_fails_with_an_os_error_reports_it_fresh_or_started_ahead(tiny_dirs):
     """The error of a failed load reaches the server as it was raised (not "exited with status 0"),
     whether the model process was started for it or ahead of it."""
-    loader = "codecue.server.testing:load_unreadable_completer"
+    loader = "harness.paced_server:load_unreadable_completer"
     factory = child_process_factory(loader)
     for prestart in (False, True):
         if prestart:

@@ -201,7 +201,7 @@ def test_an_exl2_source_is_refused(gpu_with_exllamav2, tiny_dirs, tmp_path) -> N
 def test_a_gguf_source_is_dequantized_to_an_hf_directory_first(gpu_with_exllamav2, tiny_dirs, tmp_path,
                                                                monkeypatch) -> None:
     from codecue.models.exl2 import convert_to_exl2
-    from codecue.testing_gguf import convert_tiny_model_dir
+    from harness.tiny_gguf import convert_tiny_model_dir
 
     monkeypatch.setenv("CODECUE_CACHE_DIR", str(tmp_path / "cache"))
     gguf = convert_tiny_model_dir(tiny_dirs["target"], tmp_path / "tiny.gguf")

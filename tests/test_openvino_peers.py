@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from codecue.backends.llamacpp import LlamaCppBackend
-from codecue.bench.openvino_peers import OpenVinoPeers, converted_draft_dir
 from codecue.models.requantize import requantized
-from codecue.testing_gguf import build_tiny_gguf
+from codecue_bench.openvino_peers import OpenVinoPeers, converted_draft_dir
+from harness.tiny_gguf import build_tiny_gguf
 
 PROMPT = [5, 17, 42, 99, 7, 3, 200, 11]
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from codecue.bench.quality import (
+from codecue.engine.fim import FILE_SEP, FIM_MIDDLE, REPO_NAME
+from codecue_bench.quality import (
     QualityPoint,
     codecue_prompt,
     file_heads,
@@ -12,7 +13,6 @@ from codecue.bench.quality import (
     select_points,
     summarise,
 )
-from codecue.engine.fim import FILE_SEP, FIM_MIDDLE, REPO_NAME
 
 
 def test_project_points_cover_four_languages_and_mark_cross_file_lines():
@@ -30,7 +30,7 @@ def test_project_points_cover_four_languages_and_mark_cross_file_lines():
 
 def test_a_point_rebuilds_its_file():
     point = next(p for p in project_points(languages=["go"]) if p.path == "limiter.go")
-    from codecue.bench.quality import PROJECTS_DIR
+    from codecue_bench.quality import PROJECTS_DIR
 
     original = (PROJECTS_DIR / point.project / point.path).read_text()
     assert point.prefix + point.hole + point.suffix == original

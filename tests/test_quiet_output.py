@@ -43,7 +43,7 @@ def quantized_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     need_llama_cpp()
     from codecue.backends import llamacpp
     from codecue.models.requantize import requantized
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     llamacpp._load_lib()  # llama.cpp's log through CodeCue's filter (its own chokes on the tiny vocabulary)
     return requantized(build_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"), "q4_0")

@@ -480,8 +480,8 @@ def test_rounds_after_cancel_counts_the_round_in_progress():
 
 
 def test_replay_types_the_file_and_reports_reuse_side_by_side(make_completer, tmp_path):
-    from codecue.bench.replay import choose_stretch, percentile, run_replay
-    from codecue.bench.report import format_replay_pair
+    from codecue_bench.replay import choose_stretch, percentile, run_replay
+    from codecue_bench.report import format_replay_pair
 
     source = tmp_path / "sample.py"
     source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(60)))
@@ -504,8 +504,8 @@ def test_replay_types_the_file_and_reports_reuse_side_by_side(make_completer, tm
 
 
 def test_the_replay_loads_the_models_in_a_child_process_as_the_server_does(tiny_dirs, tiny_tokenizer, tmp_path):
-    from codecue.bench.replay import load_models, run_replay
     from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
+    from codecue_bench.replay import load_models, run_replay
 
     source = tmp_path / "sample.py"
     source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(40)))
@@ -522,7 +522,7 @@ def test_the_replay_loads_the_models_in_a_child_process_as_the_server_does(tiny_
 
 
 def test_a_key_answered_with_no_suggestion_before_the_next_key_is_not_timed_but_a_replaced_one_is_censored():
-    from codecue.bench.replay import Keystroke
+    from codecue_bench.replay import Keystroke
 
     empty = Keystroke(0, ")", 1, sent=10.0, gap_s=0.6, answered_empty=10.2)
     replaced = Keystroke(1, "x", 2, sent=11.0, gap_s=0.6, answered_empty=11.7)  # answered [] after the next key
@@ -534,8 +534,8 @@ def test_a_key_answered_with_no_suggestion_before_the_next_key_is_not_timed_but_
 
 def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_short_first_prompt(make_completer,
                                                                                                tmp_path):
-    from codecue.bench.replay import enter_lines, run_enter_replay
-    from codecue.bench.report import format_replay_layouts
+    from codecue_bench.replay import enter_lines, run_enter_replay
+    from codecue_bench.report import format_replay_layouts
 
     source = tmp_path / "sample.py"
     text = "".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(80))
@@ -565,7 +565,7 @@ def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_shor
 def test_enter_replay_announces_each_jump_and_the_pause_warms_the_place(make_completer, tmp_path):
     """With the clients' cursor notification the pause before Enter evaluates the new place's prompt, so
     the Enter itself evaluates mostly what it changed; without it (standard LSP) the whole prompt."""
-    from codecue.bench.replay import run_enter_replay
+    from codecue_bench.replay import run_enter_replay
 
     source = tmp_path / "sample.py"
     source.write_text("".join(f"def function_{i}(alpha, beta):\n    return alpha * {i} + beta\n\n" for i in range(80)))

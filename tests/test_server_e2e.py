@@ -4,7 +4,7 @@ Models run in float32 everywhere here: the torch backend's ``auto`` dtype is mea
 processes on a busy machine could pick different ones and decode differently.
 
 Tiny models make a token in about a millisecond; tests that must catch a generation mid-way use the
-harness in ``codecue.server.testing``, which is ``codecue serve --in-process`` with every forward pass
+harness in ``harness.paced_server``, which is ``codecue serve --in-process`` with every forward pass
 slowed to 20 ms. Expected texts are computed in this process with the same tiny models (greedy decoding
 is deterministic and speculation is lossless, so the draft does not change the text).
 """

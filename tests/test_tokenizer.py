@@ -60,7 +60,7 @@ def own_cache(tmp_path, monkeypatch) -> Path:
 
 
 def test_a_gguf_tokenizer_is_read_without_transformers_after_its_conversion_and_answers_the_same(tmp_path, own_cache):
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     check_model(build_tiny_gguf(tmp_path / "tiny.gguf", seed=0))
 
@@ -71,7 +71,7 @@ def test_the_shipped_models_tokenizer_read_without_transformers_answers_the_same
 
 
 def test_a_damaged_record_is_read_by_transformers_again(tmp_path, own_cache):
-    from codecue.testing_gguf import build_tiny_gguf
+    from harness.tiny_gguf import build_tiny_gguf
 
     path = build_tiny_gguf(tmp_path / "tiny.gguf", seed=0)
     source = ModelSource("gguf", path, path.name)

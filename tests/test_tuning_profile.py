@@ -191,8 +191,7 @@ def test_runtime_costs_round_trip_and_bad_runtime_tables(tmp_path: Path, caplog:
     path = save_profile(profile, tmp_path / "p.toml")
     again = load_profile(path)
     assert again.runtime_costs == profile.runtime_costs and again.runtime == "torch+llamacpp"
-    assert again.costs_for("llamacpp").verify_costs == (1.0, 1.63, 2.24)
-    assert again.costs_for("nothing") is again.costs
+    assert again.runtime_costs["llamacpp"].verify_costs == (1.0, 1.63, 2.24)
     broken = tmp_path / "broken.toml"
     broken.write_text("version = 1\n[runtime_costs.llamacpp]\ndraft_cost = 'x'\n[runtime_costs.torch]\ndraft_cost = 0.2\n")
     loaded = load_profile(broken)

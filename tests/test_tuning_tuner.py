@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codecue.commands.tune import DEFAULT_CORPUS, corpus_files
+from codecue.commands.tune import corpus_files, default_corpus
 from codecue.context import analyze
 from codecue.engine.rounds import RoundRecord
 from codecue.tuning import ClassProfile, CostModel, Profile, best_k, load_profile
@@ -122,7 +122,7 @@ def test_costs_from_timings() -> None:
 
 
 def test_sample_positions_cover_classes_and_agree_with_analysis() -> None:
-    path = DEFAULT_CORPUS / "python" / "task_graph.py"
+    path = default_corpus() / "python" / "task_graph.py"
     text = path.read_text()
     positions = sample_positions(text, "python", per_class=3, rng=random.Random(0))
     classes = {p.context.context_class for p in positions}
@@ -135,9 +135,9 @@ def test_sample_positions_cover_classes_and_agree_with_analysis() -> None:
 def test_shipped_corpus_has_every_language() -> None:
     from codecue.context import available_languages, get_grammar
 
-    languages = {get_grammar(grammar).language for _, grammar in corpus_files(DEFAULT_CORPUS, None)}
+    languages = {get_grammar(grammar).language for _, grammar in corpus_files(default_corpus(), None)}
     assert languages == set(available_languages())
-    assert {g for _, g in corpus_files(DEFAULT_CORPUS, ["typescript"])} == {"typescript", "tsx"}
+    assert {g for _, g in corpus_files(default_corpus(), ["typescript"])} == {"typescript", "tsx"}
 
 
 # --- runs on tiny random-weight models --------------------------------------------------------------------
@@ -145,7 +145,7 @@ def test_shipped_corpus_has_every_language() -> None:
 
 def test_measure_acceptance_identical_and_unrelated_drafts(make_completer, tmp_path: Path) -> None:
     source = tmp_path / "sample.py"
-    source.write_text((DEFAULT_CORPUS / "python" / "task_graph.py").read_text()[:1500])
+    source.write_text((default_corpus() / "python" / "task_graph.py").read_text()[:1500])
     same = measure_acceptance(
         make_completer(draft="target"), [(source, "python")], probe_k=3, max_tokens=6, per_class=1, seed=1
     )
@@ -177,7 +177,7 @@ def test_tune_cli_end_to_end_on_tiny_models(tiny_dirs, tmp_path: Path, monkeypat
     monkeypatch.setenv("CODECUE_CONFIG_DIR", str(tmp_path / "config"))
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "a.py").write_text((DEFAULT_CORPUS / "python" / "task_graph.py").read_text()[:1200])
+    (corpus / "a.py").write_text((default_corpus() / "python" / "task_graph.py").read_text()[:1200])
     (corpus / "notes.txt").write_text("not code")
     output = tmp_path / "profile.toml"
     measurements = tmp_path / "measurements.json"
@@ -224,7 +224,7 @@ def test_tune_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     (tmp_path / "m.json").write_text("{broken")
     assert main(["tune", "--from-measurements", str(tmp_path / "m.json")]) == 1
     assert "cannot use measurements" in capsys.readouterr().err
-    assert main(["tune", "--corpus", str(DEFAULT_CORPUS), "--languages", "cobol"]) == 1
+    assert main(["tune", "--corpus", str(default_corpus()), "--languages", "cobol"]) == 1
     assert "no grammar" in capsys.readouterr().err
 
 

@@ -1,26 +1,33 @@
-"""``codecue bench SUBCOMMAND``: the benchmarks, one module each under :mod:`codecue.bench`. Only the chosen one
-is imported (they import the model runtimes), so this command takes its arguments unparsed and the benchmark's
-own parser reads them. The former flag forms (``--quality``, ``--replay FILE``, ...) work for one more release."""
+"""``codecue bench SUBCOMMAND``: the benchmarks, one module each in the benchmark lab (package ``codecue_bench``,
+in ``benchmarks/`` of a CodeCue checkout, not in the installed product). Only the chosen one is imported (they
+import the model runtimes), so this command takes its arguments unparsed and the benchmark's own parser reads
+them. The former flag forms (``--quality``, ``--replay FILE``, ...) work for one more release."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from types import ModuleType
 
 from codecue.errors import CodeCueError
 
+#: the lab's package, and how to install it where it is missing
+LAB_PACKAGE = "codecue_bench"
+LAB_INSTALL = ("the benchmarks are CodeCue's lab, not part of the installed product: from a CodeCue checkout, "
+               "pip install -e ./benchmarks (bash scripts/test.sh installs it)")
+
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "speed": ("codecue.bench.speed", "CodeCue's decoding methods side by side with peers, per language"),
-    "k-compare": ("codecue.bench.k_compare", "draft depths side by side: fixed K values and the tuned K"),
-    "quality": ("codecue.bench.quality", "completion quality on held-out multi-file projects"),
-    "replay": ("codecue.bench.replay", "type a file into the language server and time the ghost text"),
-    "prompt-cost": ("codecue.bench.prompt_cost", "prompt tokens evaluated per keystroke, per layout (no model)"),
-    "remote": ("codecue.bench.remote", "a shared inference server's latency next to the local models"),
-    "context": ("codecue.bench.context", "cursor-context time after a one-character edit (tree-sitter)"),
-    "layouts": ("codecue.bench.layouts", "quality of a weight layout made here against the shipped file"),
-    "cold-start": ("codecue.bench.cold_start", "from an editor spawning the server to the first ghost text"),
+    "speed": ("codecue_bench.speed", "CodeCue's decoding methods side by side with peers, per language"),
+    "k-compare": ("codecue_bench.k_compare", "draft depths side by side: fixed K values and the tuned K"),
+    "quality": ("codecue_bench.quality", "completion quality on held-out multi-file projects"),
+    "replay": ("codecue_bench.replay", "type a file into the language server and time the ghost text"),
+    "prompt-cost": ("codecue_bench.prompt_cost", "prompt tokens evaluated per keystroke, per layout (no model)"),
+    "remote": ("codecue_bench.remote", "a shared inference server's latency next to the local models"),
+    "context": ("codecue_bench.context", "cursor-context time after a one-character edit (tree-sitter)"),
+    "layouts": ("codecue_bench.layouts", "quality of a weight layout made here against the shipped file"),
+    "cold-start": ("codecue_bench.cold_start", "from an editor spawning the server to the first ghost text"),
 }
 #: cli.py builds this command's parser with these: no option prefix ("\0" starts no argument) and no -h of
 #: its own, so that every argument after ``bench`` reaches :func:`run` as typed
@@ -48,6 +55,8 @@ def parse(argv: list[str]) -> tuple[ModuleType, argparse.Namespace]:
     """The benchmark module ``argv`` (what followed ``codecue bench``) asks for, and its parsed arguments
     (``typed_argv``: ``argv`` as typed, for the report's command)."""
     name, rest = subcommand_argv(argv)
+    if not lab_installed():
+        raise CodeCueError("the benchmark lab is not installed", LAB_INSTALL)
     if argv[:1] != [name]:
         print(f"codecue bench: this flag form goes away in the next release; use: codecue bench {name} "
               f"{' '.join(rest)}".rstrip(), file=sys.stderr)
@@ -90,8 +99,17 @@ def _mode_flag_at(argv: list[str], flag: str) -> int | None:
                  or (flag in remote and (arg in remote or argv[i:i + 2] == ["--backend", "remote"]))), None)
 
 
+def lab_installed() -> bool:
+    """Whether the lab's package can be imported (found, not imported: it loads the model runtimes)."""
+    return importlib.util.find_spec(LAB_PACKAGE) is not None
+
+
 def print_help() -> int:
-    parser = argparse.ArgumentParser(prog="codecue bench", epilog="codecue bench SUBCOMMAND --help: its options")
+    epilog = "codecue bench SUBCOMMAND --help: its options"
+    if not lab_installed():
+        epilog = f"{epilog}\n\nNot installed here: {LAB_INSTALL}."
+    parser = argparse.ArgumentParser(prog="codecue bench", epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(metavar="SUBCOMMAND", title="benchmarks")
     for name, (_, description) in SUBCOMMANDS.items():
         sub.add_parser(name, help=description)

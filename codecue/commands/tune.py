@@ -8,6 +8,7 @@ writes them; several runs, e.g. with other ``--seed`` values, add up) without lo
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from dataclasses import replace
@@ -18,7 +19,18 @@ from codecue.commands.common import add_model_arguments, config_from_args
 from codecue.errors import CodeCueError
 from codecue.tuning.k_choice import DEFAULT_K_MAX
 
-DEFAULT_CORPUS = Path(__file__).parent.parent / "bench" / "corpus" / "tuning"  # never the held-out set
+#: the benchmark lab's tuning corpus (never its held-out set), where the lab is installed from a checkout
+LAB_PACKAGE, LAB_TUNING_CORPUS = "codecue_bench", ("corpus", "tuning")
+
+
+def default_corpus() -> Path:
+    """The lab's tuning corpus; without the lab, the user names a corpus (their own code serves well)."""
+    spec = importlib.util.find_spec(LAB_PACKAGE)  # found, not imported: the product never imports the lab
+    if spec is None or spec.origin is None:
+        raise CodeCueError("no corpus to tune on: the benchmark lab's corpus is not installed",
+                           "pass --corpus DIR (a folder of your own source files), or from a CodeCue checkout "
+                           "pip install -e ./benchmarks")
+    return Path(spec.origin).parent.joinpath(*LAB_TUNING_CORPUS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--languages", nargs="+", metavar="LANG", help="languages to tune (default: every language in the corpus)"
     )
     parser.add_argument(
-        "--corpus", type=Path, default=DEFAULT_CORPUS, help="directory of source files (default: the shipped corpus)"
+        "--corpus", type=Path, default=None,
+        help="directory of source files (default: the benchmark lab's tuning corpus, when it is installed)"
     )
     parser.add_argument("--output", type=Path, help="profile to write (default: the user's profile.toml)")
     parser.add_argument("--per-class", type=int, default=6, help="cursor positions per context class and file")
@@ -173,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             keep = {get_grammar(name).language for name in args.languages}
             tallies = {key: tally for key, tally in tallies.items() if key[0] in keep}
     else:
-        files = corpus_files(args.corpus, args.languages)
+        files = corpus_files(args.corpus or default_corpus(), args.languages)
         from codecue.completion import Completer
 
         if not 1 <= args.k <= args.k_max:
@@ -246,11 +259,11 @@ def _run_costs_only(args: argparse.Namespace) -> int:
 
     output = args.output if args.output is not None else user_profile_path()
     profile = load_profile(output if output.exists() else None)
+    files = corpus_files(args.corpus or default_corpus(), args.languages)  # before loading: a missing corpus
     config = config_from_args(args)
     completer = Completer.load(config)
     if completer.draft is None:
         raise CodeCueError("measuring costs needs a draft model", "do not use --draft-mode ngram/none")
-    files = corpus_files(args.corpus, args.languages)
     costs = measure_costs(completer, files[0][0].read_text(encoding="utf-8", errors="replace"), k_max=args.k_max)
     profile.runtime_costs[completer.runtime] = costs
     if completer.runtime == profile.runtime:

@@ -322,10 +322,6 @@ def available_languages() -> list[str]:
     return _get_registry().languages
 
 
-def grammar_ids() -> list[str]:
-    return sorted(_get_registry().grammars)
-
-
 def language_for_path(path: str | os.PathLike[str]) -> str | None:
     """The grammar id for a file name by its extension (``"tsx"`` for ``x.tsx``), or None."""
     suffix = Path(path).suffix.lower()

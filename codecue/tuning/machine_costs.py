@@ -192,8 +192,12 @@ def _timed_passes(completer: Any, filler: list[int], probe: list[int], k_max: in
     return MachineCosts(completer.runtime, step_ms, prefill_ms_per_token, costs, cpu_model_name(), time.time())
 
 
+#: real source code the measurement's prompt is cut from: CodeCue's own modules, which every installation
+#: has (a step's cost depends on how many tokens are evaluated, not on what they say)
+PROBE_MODULES = ("engine/speculative.py", "completion.py", "backends/base.py")
+
+
 def probe_text() -> str:
-    """A real source file of the tuning corpus: what the measurement's prompt is cut from."""
-    corpus = Path(__file__).resolve().parents[1] / "bench" / "corpus" / "tuning" / "python"
-    files = sorted(corpus.glob("*.py"))
-    return "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files[:3])
+    """Real source code, several thousand tokens of it: what the measurement's prompt is cut from."""
+    package = Path(__file__).resolve().parents[1]
+    return "\n".join((package / name).read_text(encoding="utf-8", errors="replace") for name in PROBE_MODULES)

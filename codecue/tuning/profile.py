@@ -85,12 +85,6 @@ class Profile:
         """The runtime the ``k`` values were chosen for (``[models] runtime``), if recorded."""
         return self.models.get("runtime")
 
-    def costs_for(self, runtime: str | None) -> CostModel:
-        """The costs measured on ``runtime``, else the main ``[costs]``."""
-        if runtime is not None and runtime in self.runtime_costs:
-            return self.runtime_costs[runtime]
-        return self.costs
-
     def entry(self, language: str, context_class: str) -> ClassProfile | None:
         return self.languages.get(language, {}).get(context_class)
 

@@ -4,7 +4,7 @@ completion must have, and the per-user daemon's state.
 Models run in float32 everywhere: the torch backend's ``auto`` dtype is measured at load time, so two
 processes on a busy machine could pick different ones and decode differently. Tiny models make a token in
 about a millisecond; a test that must catch a generation mid-way uses :func:`throttled_cmd`
-(``codecue.server.testing``: ``codecue serve --in-process`` with every forward pass slowed down).
+(``harness.paced_server``: ``codecue serve --in-process`` with every forward pass slowed down).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from harness.wait import TIMEOUT
 __all__ = ["DOC", "END", "TIMEOUT", "daemon_pid", "daemon_status", "expected_text", "in_process_cmd", "pid_alive",
            "relay_cmd", "server_env", "throttled_cmd", "unread_bytes"]
 
+#: the folder that holds ``harness``
+TESTS_DIR = Path(__file__).resolve().parents[1]
+
 DOC = "the quick brown fox\njumps over the lazy dog\n"  # tiny models complete line 1 without a blank line
 END = (1, len("jumps over the lazy dog"))
 
@@ -29,6 +32,8 @@ def server_env(tmp: Path | None = None) -> dict[str, str]:
     """This process's environment for a server; with ``tmp``, its own runtime and config dirs there."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
+    # the test doubles (harness.paced_server) live beside the tests, not in the package
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(TESTS_DIR), env.get("PYTHONPATH"))))
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     if tmp is not None:
         env["CODECUE_RUNTIME_DIR"] = str(tmp / "rt")
@@ -44,7 +49,7 @@ def in_process_cmd(model_dir: Path, *extra: str) -> list[str]:
 
 def throttled_cmd(model_dir: Path, delay_ms: int = 20) -> list[str]:
     """As :func:`in_process_cmd`, with every forward pass slowed by ``delay_ms``."""
-    return [sys.executable, "-m", "codecue.server.testing", "--target", str(model_dir), "--draft", str(model_dir),
+    return [sys.executable, "-m", "harness.paced_server", "--target", str(model_dir), "--draft", str(model_dir),
             "--backend", "torch", "--forward-delay-ms", str(delay_ms)]
 
 
