@@ -382,7 +382,8 @@ def served_models(models: dict[str, Any]) -> str:
     if not models:
         return "none (no model evaluated)"
     return "; ".join(f"{role}: {code(m['file'])} ({m['layout']}"
-                     + (f", {m['bytes']:,} bytes)" if isinstance(m.get("bytes"), int) else ")")
+                     + (f", {m['bytes']:,} bytes" if isinstance(m.get("bytes"), int) else "")
+                     + (f"; tensors {m['tensor_types']})" if m.get("tensor_types") else ")")
                      for role, m in models.items())
 
 

@@ -37,8 +37,8 @@ from codecue.tuning.serving import LoadedModels, LoadSpec, load_backends, load_m
 
 log = logging.getLogger(__name__)
 
-# Prompt tokens the draft model may read beyond the target's before a generation (on the 2-core Xeon
-# measured, 64 took about as long as two target steps).
+# Prompt tokens the draft model may read beyond the target's before a generation: about as long as a
+# couple of target steps on a CPU (docs/experiments.md, drafting), which the first text can afford.
 DRAFT_CATCH_UP = 64
 
 # The windows last sent, of this many sizes, stay candidates for a place's prompt: the cache holds the
@@ -46,8 +46,8 @@ DRAFT_CATCH_UP = 64
 HELD_WINDOWS = 2
 
 # Tokens per evaluation of a refresh (Completer.warm, fresh): a keystroke waits for the one under way.
-# AVX2 class, 2 cores (AMD EPYC family 25 model 17), the plan's Q4_0 1.5B target: 4 tokens take 81 ms
-# (20 ms a token), 16 take 233 ms (14.6 ms a token); a refresh runs in idle time, a keystroke does not.
+# Smaller steps cost more per token, but a refresh runs in idle time and a keystroke does not: it should
+# wait for a few tokens' evaluation, not for a long step (docs/experiments.md, the idle refresh).
 REFRESH_STEP = 4
 
 

@@ -223,7 +223,7 @@ def step_costs(target: Any, draft: Any, prompt_tokens: int, reps: int) -> dict[s
 
 
 def generation(target: Any, drafter: Any | None, prompt: list[int], new_tokens: int, k: int) -> dict[str, Any]:
-    from codecue.backends.base import CachedSequence
+    from codecue.backends.kv_cache import CachedSequence
     from codecue.engine.proposers import DraftModelProposer
     from codecue.engine.sampling import Sampling
     from codecue.engine.speculative import GenerationParams, generate

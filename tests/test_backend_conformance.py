@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from codecue.backends.base import Backend, CachedSequence
+from codecue.backends.base import Backend
+from codecue.backends.kv_cache import CachedSequence
 from harness.runtimes import need, need_hardware, need_llama_cpp
 
 # Rows of logits from two evaluations of the same positions agree within this (see the module docstring).

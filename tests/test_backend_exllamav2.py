@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from codecue.backends.base import CachedSequence
+from codecue.backends.kv_cache import CachedSequence
 from codecue.errors import BackendUnavailable, CodeCueError, ModelError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -639,9 +639,9 @@ def test_gpu_check_runs_every_step_for_exllamav2_on_the_stand_in(fake_gpu, tmp_p
 
 @pytest.mark.slow
 def test_gpu_check_sh_dry_run_writes_the_table(tmp_path) -> None:
-    env = {**os.environ, "OUT": str(tmp_path / "out"), "GPU_CHECK_WORK": str(tmp_path / "work"),
-           "PYTHON": sys.executable}
-    run = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run"], capture_output=True,
+    env = {**os.environ, "GPU_CHECK_WORK": str(tmp_path / "work"), "PYTHON": sys.executable}
+    run = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run", str(tmp_path / "out")],
+                         capture_output=True,
                          text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     table = (tmp_path / "out" / "gpu_check.md").read_text()

@@ -228,7 +228,7 @@ def test_a_closed_backend_refuses_work(tiny: dict[str, Path]) -> None:
 @needs_llama_cpp
 def test_peers_agree_with_each_other_and_with_the_backend(tiny: dict[str, Path], tmp_path: Path, tokenizer) -> None:
     """llama.cpp's own modes (the benchmark's peers) give the target's greedy output on the tiny model."""
-    from codecue.backends.base import CachedSequence
+    from codecue.backends.kv_cache import CachedSequence
     from codecue_bench.llamacpp_peers import LlamaCppPeers
 
     prompt = tokenizer.encode(CORPUS[0] * 3, add_special_tokens=False)

@@ -1,6 +1,6 @@
 """Chunk reuse by position shifting (issue 25): after an edit, a jump or a moved context chunk, the cached
 runs that reappear in the new prompt are kept at their new positions and only the new tokens are
-evaluated (:class:`codecue.backends.base.CachedSequence`, :func:`codecue.backends.base.reuse_plan`).
+evaluated (:class:`codecue.backends.kv_cache.CachedSequence`, :func:`codecue.backends.kv_cache.reuse_plan`).
 
 On the tiny random GGUFs of :mod:`harness.tiny_gguf`, through the llama.cpp backend, with the tokens
 llama.cpp evaluates counted at its decode calls. Self-contained: imports nothing from other test modules.
@@ -27,7 +27,8 @@ import pytest
 import torch
 
 from codecue.backends import llamacpp
-from codecue.backends.base import MIN_TAIL_CHUNK, CachedSequence, Chunk, reuse_plan
+from codecue.backends.base import Chunk
+from codecue.backends.kv_cache import MIN_TAIL_CHUNK, CachedSequence, reuse_plan
 from codecue.backends.llamacpp import LlamaCppBackend
 from codecue.engine.fim import PromptBudget, build_fim_prompt
 from codecue.models.config import DecodingSettings

@@ -113,4 +113,58 @@ def test_explain_shows_the_k_of_what_would_be_served(tmp_path: Path, private_con
     store_machine_costs(MachineCosts("llamacpp", 80.0, 10.0, CostModel(0.05, 0.0)), str(target), str(draft))
     assert main(argv) == 0
     after = json.loads(capsys.readouterr().out)
-    assert after["k"] == 6 and after["served"] == "llama.cpp speculative"
+    assert after["k"] == 6 and after["served"]["plan"] == "llama.cpp speculative"
+
+
+def _explain_and_load(argv: list[str], path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict, object]:
+    """``codecue explain --json`` at line 1 of ``path`` with ``argv``'s model flags, and the completer the
+    model worker loads for the same flags (its default factory, as the server calls it)."""
+    import argparse
+
+    from codecue.models.flags import add_model_arguments, config_from_args
+    from codecue.server.worker import load_completer
+
+    assert main(["explain", str(path), "--line", "1", "--character", "4", "--json", *argv]) == 0
+    explained = json.loads(capsys.readouterr().out)
+    parser = argparse.ArgumentParser()
+    add_model_arguments(parser)
+    return explained, load_completer(config_from_args(parser.parse_args(argv)))
+
+
+def _assert_explained_is_served(explained: dict, completer) -> None:
+    from codecue.tuning import KPolicy
+
+    served = explained["served"]
+    target, draft = completer.names
+    assert (served["runtime"], served["target"], served["draft"]) == (completer.runtime, target, draft)
+    policy = KPolicy.load(None)  # the worker prices K for what it loaded, as _ensure_loaded does
+    policy.serve(completer.runtime, target, draft, draft_model=draft is not None)
+    depth = policy.depth_for(explained["language"], explained["context_class"])
+    assert (explained["k"], explained["k_max"], explained["k_reason"]) == (depth.start, depth.ceiling, depth.reason)
+
+
+def test_explain_shows_the_files_runtime_and_k_the_worker_serves(tmp_path: Path, tiny_dirs, capsys) -> None:
+    path = write(tmp_path, "a.py", "def f(x):\n    return x\n")
+    model = str(tiny_dirs["target"])
+    explained, completer = _explain_and_load(["--target", model, "--draft", model, "--backend", "torch",
+                                              "--dtype", "float32"], path, capsys)
+    try:
+        _assert_explained_is_served(explained, completer)
+        assert explained["served"]["plan"].startswith("the configured runtimes")
+        assert explained["served"]["target"] == model and explained["served"]["runtime"] == "torch"
+    finally:
+        completer.close()
+
+
+@pytest.mark.realmodels
+def test_explain_shows_the_runtime_plans_choice_the_worker_loads(tmp_path: Path, real_models, capsys) -> None:
+    """The default pair on auto: the runtime plan chooses (perhaps a layout made here, perhaps no draft), and
+    explain names exactly the files, runtime and K of what the worker then loads."""
+    need_llama_cpp()
+    path = write(tmp_path, "a.py", "def f(x):\n    return x\n")
+    explained, completer = _explain_and_load([], path, capsys)
+    try:
+        _assert_explained_is_served(explained, completer)
+        assert not explained["served"]["plan"].startswith("the configured runtimes")
+    finally:
+        completer.close()

@@ -280,7 +280,7 @@ class _UntilCancelled:
 
 def test_a_warm_up_gives_way_to_newer_work_ahead_in_the_worker_but_not_a_prefetch():
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import GenerationJob, JobKind, ModelWorker
 
     completer = _UntilCancelled()
     config = CompletionConfig(ModelChoice("t"))
@@ -293,10 +293,10 @@ def test_a_warm_up_gives_way_to_newer_work_ahead_in_the_worker_but_not_a_prefetc
             time.sleep(0.01)
 
     try:
-        first = GenerationJob(config, "first place", "", background=True, warm_only=True)
+        first = GenerationJob(config, "first place", "", background=True, kind=JobKind.WARM)
         worker.submit(first)
         started("first place")
-        second = GenerationJob(config, "second place", "", background=True, warm_only=True)
+        second = GenerationJob(config, "second place", "", background=True, kind=JobKind.WARM)
         worker.submit(second)
         started("second place")
         assert first.future.result(timeout=10) is None and first.is_cancelled and not first.warm_complete
@@ -308,7 +308,7 @@ def test_a_warm_up_gives_way_to_newer_work_ahead_in_the_worker_but_not_a_prefetc
         worker.submit(prefetch)
         assert second.future.result(timeout=10) is None and second.is_cancelled
         started("prefetch")
-        third = GenerationJob(config, "third place", "", background=True, warm_only=True)
+        third = GenerationJob(config, "third place", "", background=True, kind=JobKind.WARM)
         worker.submit(third)
         assert not prefetch.is_cancelled
         prefetch.cancel()

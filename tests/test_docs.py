@@ -307,3 +307,43 @@ def test_a_file_that_belongs_to_no_report_is_refused(tmp_path: Path) -> None:
 def test_relative_paths_and_urls_are_not_machine_paths() -> None:
     assert gen.absolute_paths({"file": "benchmarks/codecue_bench/corpus/python/a.py", "url": "https://example.com/tmp/x",
                                "note": "ratio 1/2", "command": "codecue bench --replay examples/stats.py"}) == []
+
+
+# -- claims exactly as true as the default ---------------------------------------------------------------------
+
+#: the documents a user reads about what CodeCue writes (the experiment log reports runs, not the default)
+CLAIM_DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "editor_clients" / "README.md"]
+#: words that promise output equal to the target's alone, whatever the cache holds
+UNQUALIFIED = re.compile(r"\blossless\b|token for token what the target alone", re.IGNORECASE)
+
+
+def paragraph_with(text: str, start: str) -> str:
+    """The paragraph of ``text`` that begins with ``start``."""
+    at = text.index(start)
+    end = text.find("\n\n", at)
+    return text[at:end if end >= 0 else len(text)]
+
+
+@pytest.mark.parametrize("path", [p for p in CLAIM_DOCS if p.name != "experiments.md"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_document_promises_output_the_default_can_change(path: Path) -> None:
+    assert UNQUALIFIED.findall(path.read_text(encoding="utf-8")) == []
+
+
+def test_the_readme_says_what_the_default_decoding_guarantees() -> None:
+    """The README's claim follows the default: with shifted reuse on, it says that the output is the target's
+    from the same cache state and can differ from a fresh evaluation, and how to turn that off; with it off,
+    it may not say that the output differs."""
+    from codecue.models.config import DecodingSettings
+
+    readme = README.read_text(encoding="utf-8")
+    claim = " ".join(paragraph_with(readme, "**What the output equals.**").split())
+    assert "the same KV-cache state" in claim
+    reuse = DecodingSettings().chunk_reuse
+    if reuse > 0:
+        assert f"(`--chunk-reuse {reuse}`)" in claim and "By default" in claim
+        assert "can differ from a fresh evaluation" in claim and "`--chunk-reuse 0`" in claim
+        numbers = re.findall(r"\[([\d.]+ %)[^\]]*\]\((docs/bench/[^)]+\.json)\)", claim)
+        assert len(numbers) >= 2, "the measured difference links its raw reports"
+    else:
+        assert "can differ from a fresh evaluation" not in claim

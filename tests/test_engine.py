@@ -7,7 +7,8 @@ import itertools
 import pytest
 import torch
 
-from codecue.backends.base import BackendBase, CachedSequence
+from codecue.backends.base import BackendBase
+from codecue.backends.kv_cache import CachedSequence
 from codecue.engine.proposers import Draft, DraftModelProposer, NgramProposer, Proposer
 from codecue.engine.sampling import Sampling
 from codecue.engine.speculative import GenerationParams, generate
@@ -360,7 +361,7 @@ def test_prompt_is_evaluated_alone_whatever_the_draft(tiny_dirs):
     """The first token comes from the prompt's own evaluation (no draft in round 0), so the prompt is fed
     by the same calls for target-only decoding and for speculation at any K: feeding prompt and draft
     together would make the prompt's chunking, and its rounding, depend on the draft's length."""
-    from codecue.backends.base import CachedSequence
+    from codecue.backends.kv_cache import CachedSequence
     from codecue.backends.torch_backend import TorchBackend
     from codecue.engine.proposers import Draft, Proposer
     from codecue.engine.speculative import GenerationParams, generate

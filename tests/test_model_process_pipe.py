@@ -312,7 +312,7 @@ from codecue.context import ScopeStop, analyze
 from codecue.engine.stops import StopRule
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.server.model_process import child_process_factory
-from codecue.server.worker import GenerationJob, ModelWorker
+from codecue.server.worker import GenerationJob, JobKind, ModelWorker
 
 choice = CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[1], backend="torch", dtype="float32"),
                           DecodingSettings(draft_mode="hybrid", k=3))
@@ -323,7 +323,7 @@ rule = StopRule.at_cursor(ScopeStop.of(analyze(document, "python", line, column)
 worker = ModelWorker(choice, child_process_factory(), idle_unload_s=None, measure_costs=False)
 texts, records = [], []
 try:
-    worker.submit(GenerationJob(choice, prefix, suffix, warm_only=True, background=True)).result(timeout=120)
+    worker.submit(GenerationJob(choice, prefix, suffix, kind=JobKind.WARM, background=True)).result(timeout=120)
     job = GenerationJob(choice, prefix, suffix, stop_rule=rule, language="python", max_tokens=24,
                         on_text=texts.append, on_round=records.append)
     result = worker.submit(job).result(timeout=120)

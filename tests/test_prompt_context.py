@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from codecue.backends.base import CachedSequence
+from codecue.backends.kv_cache import CachedSequence
 from codecue.context.chunks import ChunkPool, query_around
 from codecue.engine.fim import FILE_SEP, PromptBudget, build_fim_prompt, build_fim_text
 from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion, whole_lines
@@ -256,13 +256,13 @@ def test_a_real_request_cancels_the_prefetch_running_ahead_of_it():
 
 def test_queued_work_ahead_is_dropped_for_a_real_request_and_warming_is_cancelled():
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import GenerationJob, JobKind, ModelWorker
 
     completer = SlowCompleter()
     config = CompletionConfig(ModelChoice("t"))
     worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None)
     try:
-        warm = worker.submit(GenerationJob(config, "w", "", background=True, warm_only=True))
+        warm = worker.submit(GenerationJob(config, "w", "", background=True, kind=JobKind.WARM))
         assert completer.running.wait(10)
         queued = GenerationJob(config, "slow queued prefetch", "", background=True)
         queued_future = worker.submit(queued)

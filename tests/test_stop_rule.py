@@ -5,7 +5,6 @@ cut, on every text."""
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 
 import pytest
 
@@ -13,6 +12,7 @@ from codecue.context import analyze, get_grammar
 from codecue.context import stopping as scope_stops
 from codecue.engine.postprocess import combine_stops, suffix_repeat_stop
 from codecue.engine.stops import StopRule, SuffixRepeat, blank_line_stop, predicate_for
+from codecue_bench.points import CORPUS_DIR
 
 CURSOR = "█"
 
@@ -111,7 +111,7 @@ def test_without_syntax_the_rule_stops_at_a_blank_line_and_a_suffix_repeat() -> 
 
 
 def test_the_suffix_repeat_carries_only_the_lines_it_reads() -> None:
-    heldout = Path(__file__).resolve().parents[1] / "codecue" / "bench" / "corpus" / "heldout" / "python"
+    heldout = CORPUS_DIR / "heldout" / "python"
     source = sorted(heldout.glob("*.py"))[0].read_text()
     for offset in range(0, len(source), 97):
         prefix, suffix = source[:offset], source[offset:]

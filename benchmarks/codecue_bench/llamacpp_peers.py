@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from codecue.backends.base import CachedSequence
+from codecue.backends.kv_cache import CachedSequence
 from codecue.backends.llamacpp import LlamaCppBackend, _load_lib, physical_core_count
 from codecue.errors import BackendUnavailable, ModelError
 

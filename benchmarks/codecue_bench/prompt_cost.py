@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from codecue.backends.base import common_prefix_length
+from codecue.backends.kv_cache import common_prefix_length
 from codecue.engine.fim import LAYOUTS, PromptBudget, build_fim_prompt, choose_prompt
 from codecue.models.resolve import resolve_model
 from codecue.models.tokenizer import load_tokenizer

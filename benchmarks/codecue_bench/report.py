@@ -16,13 +16,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gguf import LlamaFileType
+from gguf import GGMLQuantizationType, LlamaFileType
 
 from codecue import __version__
 from codecue.backends.cpu_class import cpu_class, llamacpp_build
 from codecue.backends.native_check import cpu_description, cpu_signature
 from codecue.models.config import CompletionConfig
-from codecue.models.gguf_reader import read_gguf_header
+from codecue.models.gguf_reader import GGUFTensorInfo, read_gguf_header
 from codecue.models.resolve import resolve_config
 from codecue.paths import atomic_write_text
 from codecue.tables import markdown_table
@@ -61,21 +61,39 @@ def report_meta(kind: str, argv: Sequence[str], models: Mapping[str, str | Path 
 
 
 def served_model(path: str | Path) -> dict[str, Any]:
-    """How a report names a model file it served: the file name, its size and its weight layout (a GGUF
-    file's ``general.file_type``, e.g. ``Q4_K_M``; ``hf`` for a model directory)."""
+    """How a report names a model file it served: the file name, its size, the weight layout it declares (a
+    GGUF file's ``general.file_type``, e.g. ``Q4_K_M``; ``hf`` for a model directory) and, for a GGUF file,
+    the tensor types that hold its bytes (``tensor_types``: a file may declare one layout and hold another's
+    tensors, as the default draft, named Q5_0, declares Q4_K_M)."""
     path = Path(path)
     if path.is_dir():
         return {"file": path.name, "bytes": None, "layout": "hf"}
-    return {"file": path.name, "bytes": path.stat().st_size, "layout": gguf_layout(path)}
+    header = read_gguf_header(path)
+    return {"file": path.name, "bytes": path.stat().st_size, "layout": gguf_layout(header.metadata),
+            "tensor_types": tensor_types(header.tensors)}
 
 
-def gguf_layout(path: Path) -> str:
+def gguf_layout(metadata: Mapping[str, Any]) -> str:
     """The weight layout a GGUF file declares (``general.file_type``), or ``unknown``."""
-    file_type = read_gguf_header(path).metadata.get("general.file_type")
     try:
-        return LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")
+        return LlamaFileType(int(metadata.get("general.file_type"))).name.removeprefix("MOSTLY_")
     except (TypeError, ValueError):
         return "unknown"
+
+
+def tensor_types(tensors: Sequence[GGUFTensorInfo]) -> str:
+    """The tensor types holding a GGUF file's weights, by their share of its bytes (those of 1 % or more):
+    ``Q5_0 73 %, Q8_0 24 %, ...``."""
+    held: dict[str, int] = {}
+    for tensor in tensors:
+        try:
+            name = GGMLQuantizationType(tensor.ggml_type).name
+        except ValueError:
+            name = f"type {tensor.ggml_type}"
+        held[name] = held.get(name, 0) + tensor.n_bytes
+    total = sum(held.values()) or 1
+    return ", ".join(f"{name} {100 * size / total:.0f} %" for name, size in sorted(held.items(), key=lambda kv: -kv[1])
+                     if size >= total / 100)
 
 
 def planned_models(config: CompletionConfig, *, peer: bool = False) -> dict[str, str | Path | None]:

@@ -7,8 +7,10 @@ import functools
 import logging
 from typing import TYPE_CHECKING
 
-from codecue.backends.base import Backend, CachedSequence, common_prefix_length
+from codecue.backends.base import Backend
+from codecue.backends.kv_cache import CachedSequence, common_prefix_length
 from codecue.errors import BackendUnavailable, CodeCueError
+from codecue.options import BACKENDS  # the runtimes a model can be loaded on, declared with the options
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -16,9 +18,6 @@ if TYPE_CHECKING:
     from codecue.models.resolve import ModelSource
 
 log = logging.getLogger(__name__)
-
-#: the runtimes a model can be loaded on (``auto``: :func:`choose_backend` decides)
-BACKENDS = ("auto", "torch", "llamacpp", "exllamav2")
 
 __all__ = ["Backend", "CachedSequence", "common_prefix_length", "create_backend", "cuda_available", "BACKENDS"]
 

@@ -198,12 +198,13 @@ class LlamaCppBackend(BackendBase):
         the model's :func:`attention_shape` once the weights are loaded.
 
         ``repack`` lets llama.cpp re-lay quantized weights for its faster CPU kernels (its default). It
-        changes numerics. Measured on the default Q4_K_M target (this build, AVX-512): with it, a call of
-        4+ tokens (a verify with K >= 3) runs other matmul kernels than a one-token step; without it, up
-        to 7 tokens (K <= 6) evaluate bit-identically to one-token steps, at ~25% slower decode (but faster
-        prefill). In both layouts, past 256 cached positions any multi-token call takes another attention
-        path than a one-token step. Either difference can flip a near-tie argmax. Both sides of an identity
-        check must use the same setting: even one-token logits differ between the two layouts.
+        changes numerics. On the default Q4_K_M target (an AVX-512 build): with it, a call of 4+ tokens
+        (a verify with K >= 3) runs other matmul kernels than a one-token step; without it, up to 7 tokens
+        (K <= 6) evaluate bit-identically to one-token steps, at a slower decode (but faster prefill;
+        docs/experiments.md, verification numerics). In both layouts, past 256 cached positions any
+        multi-token call takes another attention path than a one-token step. Either difference can flip a
+        near-tie argmax. Both sides of an identity check must use the same setting: even one-token logits
+        differ between the two layouts.
 
         ``shift`` gives the context a second sequence to hold chunks in (one unified KV buffer, so holding
         a chunk is bookkeeping, not a copy), which chunk reuse and a refresh need; ``can_shift`` also asks

@@ -220,9 +220,9 @@ def faster_attention(model: Path, repack: bool, shape: str) -> bool | None:
     prompt's worth of context, measured once per machine, build, layout and attention ``shape`` (what
     decides the attention kernels' speed: :func:`codecue.backends.llamacpp.attention_shape`; seconds).
 
-    It differs by model, not only by machine: on a Sapphire Rapids Xeon with 2 cores, the 0.5B draft
-    (14 query heads of 64) steps in 33 ms with it and 18 ms without after 1,500 cached tokens, while the
-    1.5B target is 4% faster with it. None where llama.cpp is not checked here (its own default then).
+    It differs by model, not only by machine: on one CPU the draft and the target can each step faster
+    with the other setting (docs/experiments.md, drafting). None where llama.cpp is not checked here (its
+    own default then).
     """
     if os.environ.get("CODECUE_NATIVE_CHECK", "1") == "0":
         return None

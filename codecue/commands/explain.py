@@ -1,4 +1,5 @@
-"""``codecue explain FILE --line L --character C [--json]``: the cursor context, K and scope there."""
+"""``codecue explain FILE --line L --character C [--json]``: the cursor context and scope there, and what a
+request there is served with: the runtime plan's choice, the model files the worker loads, and K."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from codecue.commands.common import add_model_arguments, config_from_args
 from codecue.errors import CodeCueError
@@ -44,17 +46,20 @@ def run(args: argparse.Namespace) -> int:
     served, depth = served_depth(args, policy, context.language, context.context_class)
     if args.json:
         print(json.dumps({**context.to_dict(), "profile_k": profile_k, "k": depth.start if depth else None,
-                          "k_max": depth.ceiling if depth else None, "k_reason": depth.reason if depth else served,
+                          "k_max": depth.ceiling if depth else None,
+                          "k_reason": depth.reason if depth else served["why"],
                           "served": served, "profile": policy.profile.source}, indent=2))
         return 0
     print(f"{args.file}:{args.line}:{args.character} ({context.grammar})")
     print(f"  context class  {context.context_class}")
     if depth is None:
-        print(f"  K              unknown here ({served}); the profile's K is {profile_k}")
+        print(f"  K              unknown here ({served['why']}); the profile's K is {profile_k}")
     else:
         print(f"  K              {depth.start}{' (speculation off)' if depth.start == 0 else f' up to {depth.ceiling}'}"
               f": {depth.reason}; the profile's K is {profile_k}")
-        print(f"  served         {served}")
+        print(f"  served         {served['plan']} (runtime {served['runtime']})")
+        print(f"  target         {served['target']}")
+        print(f"  draft          {served['draft'] or 'none (no draft model loaded)'}")
     print(f"  scope          {context.scope}")
     print(f"  enclosing node {context.enclosing_node_type}")
     print(f"  indentation    {context.indentation!r}")
@@ -69,20 +74,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def served_depth(args: argparse.Namespace, policy, language: str, context_class: str):
-    """What the runtime plan would serve here, and the K authority's depth for it: (description, Depth), or
-    (why not, None) when the models cannot be resolved (not pulled yet)."""
-    from codecue.models.resolve import resolve_config
-    from codecue.tuning.plan import make_plan
+def served_depth(args: argparse.Namespace, policy, language: str, context_class: str) -> tuple[dict[str, Any], Any]:
+    """What a request here is served with, and the K authority's depth for it: ({plan, runtime, target,
+    draft}, Depth), or ({"why": ...}, None) when the models cannot be resolved (not pulled yet). The files are
+    the ones the model worker loads for this configuration (:func:`~codecue.tuning.serving.serving_plan`)."""
+    from codecue.tuning.serving import serving_plan, spec_runtime
 
     try:
-        resolved = resolve_config(config_from_args(args), with_draft=True)
-        target, draft = resolved.target, resolved.draft
-        plan = make_plan(str(target.path), str(draft.path))
+        spec, plan = serving_plan(config_from_args(args))
+        runtime = spec_runtime(spec)
     except CodeCueError as exc:
-        return exc.message, None
-    chosen = plan.chosen
-    target_file = chosen.target_file(str(target.path))
-    draft_file = chosen.draft_file(str(draft.path)) if chosen.loads_draft else None
-    policy.serve(chosen.runtime, target_file, draft_file, draft_model=chosen.loads_draft)
-    return chosen.label, policy.depth_for(language, context_class)
+        return {"why": exc.message}, None
+    target, draft = spec.names
+    served = {"plan": plan.chosen.label if plan is not None else "the configured runtimes (no runtime plan)",
+              "runtime": runtime, "target": target, "draft": draft}
+    policy.serve(runtime, target, draft, draft_model=draft is not None)
+    return served, policy.depth_for(language, context_class)

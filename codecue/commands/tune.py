@@ -169,59 +169,16 @@ def format_table(profile: Any, languages: set[str] | None = None) -> str:
 def run(args: argparse.Namespace) -> int:
     from codecue.context.languages import get_grammar
     from codecue.tuning.profile import default_profile, dumps_profile, save_profile, user_profile_path
-    from codecue.tuning.tuner import build_profile, measure_acceptance, measure_costs
+    from codecue.tuning.tuner import build_profile
 
     if not 1 <= args.k_max <= 64 or args.per_class < 1 or args.max_tokens < 1 or args.min_rounds < 0:
         raise CodeCueError("--k-max must be in 1..64, --per-class and --max-tokens at least 1")
     if args.costs_only:
         return _run_costs_only(args)
     if args.from_measurements is not None:
-        from codecue.tuning.tuner import Tally
-
-        tallies, costs, models = _measurements_from_json(args.from_measurements[0])
-        for more in args.from_measurements[1:]:
-            for key, tally in _measurements_from_json(more)[0].items():
-                tallies.setdefault(key, Tally()).merge(tally)
-        if args.languages:
-            keep = {get_grammar(name).language for name in args.languages}
-            tallies = {key: tally for key, tally in tallies.items() if key[0] in keep}
+        tallies, costs, models = _recorded_measurements(args)
     else:
-        files = corpus_files(args.corpus or default_corpus(), args.languages)
-        from codecue.completion import Completer
-
-        if not 1 <= args.k <= args.k_max:
-            raise CodeCueError(f"--k (the K used while measuring) must be in 1..{args.k_max}")
-        config = config_from_args(args)
-        decoding = replace(config.decoding, k=args.k)
-        if args.prompt_tokens is not None:
-            from codecue.engine.fim import PromptBudget
-
-            if args.prompt_tokens < 64:
-                raise CodeCueError("--prompt-tokens must be at least 64")
-            decoding = replace(decoding, budget=PromptBudget.for_benchmark(args.prompt_tokens))
-        completer = Completer.load(replace(config, decoding=decoding))
-        if completer.draft is None:
-            raise CodeCueError("tuning needs a draft model", "do not use --draft-mode ngram/none")
-        log = (lambda message: print(message, file=sys.stderr)) if not args.json else None
-        if log:
-            log(f"measuring costs, then acceptance on {len(files)} files with K={args.k}")
-        costs = measure_costs(completer, files[0][0].read_text(encoding="utf-8", errors="replace"), k_max=args.k_max)
-        measured = measure_acceptance(
-            completer,
-            files,
-            probe_k=args.k,
-            max_tokens=args.max_tokens,
-            per_class=args.per_class,
-            draft_mode=args.draft_mode,
-            seed=args.seed,
-            progress=log,
-        )
-        tallies = measured.tallies
-        models = {"target": completer.names[0], "draft": str(completer.names[1]), "runtime": completer.runtime}
-        if args.measurements is not None:
-            from codecue.paths import atomic_write_text
-
-            atomic_write_text(args.measurements, _measurements_to_json(tallies, costs, {"models": models}))
+        tallies, costs, models = _measure(args)
 
     profile = build_profile(
         tallies,
@@ -249,6 +206,56 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"wrote {path}")
     return 0
+
+
+def _recorded_measurements(args: argparse.Namespace) -> tuple[dict, Any, dict]:
+    """(tallies, costs, models) of the ``--from-measurements`` files: the first one's costs and models, every
+    file's tallies merged, only the ``--languages`` asked for."""
+    from codecue.context.languages import get_grammar
+    from codecue.tuning.tuner import Tally
+
+    tallies, costs, models = _measurements_from_json(args.from_measurements[0])
+    for more in args.from_measurements[1:]:
+        for key, tally in _measurements_from_json(more)[0].items():
+            tallies.setdefault(key, Tally()).merge(tally)
+    if args.languages:
+        keep = {get_grammar(name).language for name in args.languages}
+        tallies = {key: tally for key, tally in tallies.items() if key[0] in keep}
+    return tallies, costs, models
+
+
+def _measure(args: argparse.Namespace) -> tuple[dict, Any, dict]:
+    """(tallies, costs, models) measured now on the corpus (written to ``--measurements`` when asked)."""
+    from codecue.completion import Completer
+    from codecue.tuning.tuner import measure_acceptance, measure_costs
+
+    files = corpus_files(args.corpus or default_corpus(), args.languages)
+    if not 1 <= args.k <= args.k_max:
+        raise CodeCueError(f"--k (the K used while measuring) must be in 1..{args.k_max}")
+    config = config_from_args(args)
+    decoding = replace(config.decoding, k=args.k)
+    if args.prompt_tokens is not None:
+        from codecue.engine.fim import PromptBudget
+
+        if args.prompt_tokens < 64:
+            raise CodeCueError("--prompt-tokens must be at least 64")
+        decoding = replace(decoding, budget=PromptBudget.for_benchmark(args.prompt_tokens))
+    completer = Completer.load(replace(config, decoding=decoding))
+    if completer.draft is None:
+        raise CodeCueError("tuning needs a draft model", "do not use --draft-mode ngram/none")
+    log = (lambda message: print(message, file=sys.stderr)) if not args.json else None
+    if log:
+        log(f"measuring costs, then acceptance on {len(files)} files with K={args.k}")
+    costs = measure_costs(completer, files[0][0].read_text(encoding="utf-8", errors="replace"), k_max=args.k_max)
+    measured = measure_acceptance(completer, files, probe_k=args.k, max_tokens=args.max_tokens,
+                                  per_class=args.per_class, draft_mode=config.decoding.draft_mode, seed=args.seed,
+                                  progress=log)
+    models = {"target": completer.names[0], "draft": str(completer.names[1]), "runtime": completer.runtime}
+    if args.measurements is not None:
+        from codecue.paths import atomic_write_text
+
+        atomic_write_text(args.measurements, _measurements_to_json(measured.tallies, costs, {"models": models}))
+    return measured.tallies, costs, models
 
 
 def _run_costs_only(args: argparse.Namespace) -> int:

@@ -170,13 +170,26 @@ def _closing_cut(ctx: ScopeStop, text: str, line_start: int, line: str) -> int:
     return _trimmed(text, line_start)
 
 
+def _at_line_end(line: str, syntax: Syntax, last_significant: str, first_line_indent: str) -> tuple[bool, str | None]:
+    """At the end of a line of the statement, outside brackets: whether the statement ends there, and the
+    indentation of the compound statement whose body this line opens (a Python ``...:``), else None."""
+    stripped = line.rstrip()
+    if syntax.line_continuation and stripped.endswith(syntax.line_continuation):
+        return False, None
+    if syntax.indent_blocks and stripped.endswith(":"):
+        return False, first_line_indent
+    if syntax.statement_end == "newline":
+        increment = stripped.endswith(("++", "--"))  # i++ ends a statement
+        return increment or not (last_significant and last_significant in _CONTINUATION_CHARS), None
+    return last_significant == "}", None
+
+
 def _statement_end(ctx: ScopeStop, syntax: Syntax, text: str) -> int | None:
     """Cut when the statement that the completion writes is complete."""
     quotes = sorted(syntax.quotes, key=len, reverse=True)
     multi_line = {opener: closer for opener, closer in syntax.multiline_delimiters}
     openers = sorted(set(quotes) | set(multi_line), key=len, reverse=True)
     comments = syntax.line_comments
-    newline_ends = syntax.statement_end == "newline"
     first_line_indent = ctx.indentation + _indent_of(text.split("\n", 1)[0]) if ctx.line_prefix_blank else ctx.indentation
     compound_indent: str | None = None  # set while inside the body of a Python compound statement
     depth = 0
@@ -187,18 +200,10 @@ def _statement_end(ctx: ScopeStop, syntax: Syntax, text: str) -> int | None:
     while i < n:
         char = text[i]
         if char == "\n":
-            line = text[line_start:i]
             if compound_indent is None and content and depth <= 0:
-                stripped = line.rstrip()
-                if syntax.line_continuation and stripped.endswith(syntax.line_continuation):
-                    pass
-                elif syntax.indent_blocks and stripped.endswith(":"):
-                    compound_indent = first_line_indent
-                elif newline_ends:
-                    increment = stripped.endswith(("++", "--"))  # i++ ends a statement
-                    if increment or not (last_significant and last_significant in _CONTINUATION_CHARS):
-                        return i
-                elif last_significant == "}":
+                ends, compound_indent = _at_line_end(text[line_start:i], syntax, last_significant,
+                                                     first_line_indent)
+                if ends:
                     return i
             line_start = i + 1
             i += 1

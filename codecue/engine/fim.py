@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from codecue.backends.base import common_prefix_length
+from codecue.backends.kv_cache import common_prefix_length
 
 if TYPE_CHECKING:
     from codecue.models.config import DecodingSettings
@@ -37,22 +37,19 @@ LAYOUTS = ("psm", "psm-mid", "spm")
 DEFAULT_LAYOUT = "psm-mid"
 
 
-#: the window a first suggestion at a new place is never shown from below. Measured with `codecue bench
-#: quality` against the full prompt's exact match (the rule: within 5 points): on 52 points 192 kept within
-#: 4 on the native class (docs/bench/quality-native.json); on 104 points (AVX2 class, the shipped Q4_K_M:
-#: docs/bench/quality-avx2-xeon-104.json, quality-first256-avx2-xeon-104.json) the full prompt matched
-#: 48.1 %, 192 tokens 41.3 % and 256 tokens 43.3 %. 256 is not the default: in the AVX2 replay it put Enter
-#: after a jump at 2.17 s (192: 1.11 s) and 10 of 47 keys that needed a new generation got no text before
-#: the next one (192: 1 of 40): docs/bench/replay-avx2-floor256-kept-xeon.json, replay-avx2-kept-chunks-xeon.json;
-#: docs/how-it-works.md, the short first prompt.
+#: the window a first suggestion at a new place is never shown from below. A smaller window falls further
+#: short of the full prompt's exact match (the aim: within about 5 points); a larger one is what Enter at a
+#: new place waits for on a slow CPU, and keys typed there wait behind it. 192 weighs the two; 256 came
+#: closer to the full prompt but made Enter and typing wait too long on the AVX2 class (docs/experiments.md,
+#: the window floor).
 WINDOW_FLOOR = 192
 
 
 @dataclass(frozen=True)
 class PromptBudget:
     total: int = 1536  # tokens for prefix + suffix + extra context (the extra part is kept for context only)
-    # 256 matched 4 more of 104 quality points with the refresh, but typing's first text p90 went from 438
-    # to 820 ms in the AVX2 replay (docs/how-it-works.md, "The prompt"); a short window takes a quarter.
+    # 256 gave better first lines, but typing's first text came later in the replays (docs/experiments.md,
+    # the prompt). A short window gives a quarter of its tokens to the suffix.
     suffix: int = 128
     extra: int = 256  # other open documents
     anchor_lines: int = 32
@@ -102,7 +99,7 @@ def choose_prompt(build: Callable[[PromptBudget], list[int]], budget: PromptBudg
                   held: Sequence[int] = ()) -> tuple[list[int], int | None]:
     """The prompt to send when the cache holds ``cached`` (token ids, whose common prefix with a prompt is
     reused; or a function giving how many tokens of a prompt the cache would evaluate, such as
-    :meth:`~codecue.backends.base.CachedSequence.uncached`), and the window size it was built for (None:
+    :meth:`~codecue.backends.kv_cache.CachedSequence.uncached`), and the window size it was built for (None:
     the full prompt). The full one (``build(budget)``) when it evaluates at most ``limit`` new tokens (or
     there is no limit); else, of the :func:`shorter_budgets` for ``limit`` and for each size in ``held``
     (windows sent before, which the cache may hold), the one that fits ``limit`` and reuses the most of the

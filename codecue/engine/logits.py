@@ -2,8 +2,8 @@
 array (llama.cpp) or a torch tensor (the torch and exllamav2 backends).
 
 Greedy decoding only reads argmaxes and a draft's confidence, which both kinds answer without torch, so a
-model process serving llama.cpp greedily never imports it (1.5-2.5 s of CPU on a 2-core machine, taken
-from a cold start). Sampling computes with torch and takes its rows as tensors (:func:`as_tensor`); the
+model process serving llama.cpp greedily never imports it (seconds of CPU on a few cores, taken from a
+cold start). Sampling computes with torch and takes its rows as tensors (:func:`as_tensor`); the
 first sampled completion in such a process pays for the import.
 """
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from codecue.backends.base import CachedSequence
+from codecue.backends.kv_cache import CachedSequence
 from codecue.engine.acceptance import logits_to_probs
 from codecue.engine.logits import row_softmax
 from codecue.engine.rounds import DraftSource
@@ -145,9 +145,8 @@ class NgramProposer(Proposer):
         """Drafting by lookup alone (no draft model to fall back on, so every drafted token must earn its
         verification): only matches of 8 tokens or more draft; under 12 tokens at most ``short_depth`` (the
         K authority's depth for the cursor's class, 0: none), from 12 tokens on as deep as asked (a long
-        verbatim repeat is rarely left early). Chosen by replaying lookups over the held-out bench points
-        against the target's own output with the verification costs measured on a 2-core AVX-512 CPU
-        (3-4-token matches: no gain over target-only; these: about 10% overall, no point worse than 4%)."""
+        verbatim repeat is rarely left early). Short matches of 3-4 tokens are too often wrong to pay for
+        their verification (docs/experiments.md, drafting)."""
         return cls(max_ngram=24, min_ngram=8, extra=extra, long_match=12, short_depth=short_depth)
 
     def _lookup(self, haystack: Sequence[int], pattern: list[int], k: int, exclude_tail: bool) -> list[int]:

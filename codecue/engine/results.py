@@ -39,6 +39,23 @@ class GenerationStats:
     def tokens_per_round(self) -> float:
         return self.new_tokens / self.rounds if self.rounds else 0.0
 
+    def record_round(self, drafted: int, accepted: int, *, ngram: bool) -> None:
+        """Count one verification round: ``drafted`` tokens proposed (0: a target-only step), ``accepted``
+        of them kept, drafted by an n-gram lookup (``ngram``) or the draft model."""
+        self.rounds += 1
+        if not drafted:
+            return
+        self.drafted += drafted
+        self.accepted += accepted
+        if len(self.histogram) <= accepted:
+            self.histogram.extend([0] * (accepted + 1 - len(self.histogram)))
+        self.histogram[accepted] += 1
+        self.k_max = max(self.k_max, drafted)
+        if ngram:
+            self.ngram_rounds += 1
+        else:
+            self.model_rounds += 1
+
     def record_times(self, start: float, first: float | None, end: float, new_tokens: int,
                      ended_by_eos: bool = False) -> None:
         """Set the token count and the times from ``time.perf_counter()`` readings: the request's

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from codecue.backends.base import CachedSequence
+from codecue.backends.kv_cache import CachedSequence
 from codecue.engine.acceptance import greedy_accept, logits_to_probs, one_hot_q, rejection_sample
 from codecue.engine.proposers import Draft, Proposer
 from codecue.engine.results import GenerationResult, GenerationStats
@@ -39,8 +39,8 @@ class DepthSchedule:
     accepted (as transformers' assisted decoding grows it), and after a rejection back to the first
     round's depth (1 shallower when already there), between 1 and ``k_max``. Code runs in stretches: a
     repeated block is drafted deep while it lasts, and the round that ends the stretch costs one deep
-    verification, not a slow descent. (Measured here on the held-out corpus: shrinking by 1 instead made
-    the median point slower than a fixed depth; resetting kept it and sped up the repetitive ones 2-3x.)"""
+    verification, not a slow descent (shrinking by 1 instead was slower than a fixed depth:
+    docs/experiments.md, drafting)."""
 
     k: int
     k_max: int
@@ -79,10 +79,9 @@ def generate(
     if not prompt:
         raise ValueError("the prompt is empty")
     t_start = time.perf_counter()
-    speculative = proposer is not None and params.k > 0
-    stats = GenerationStats(prompt_tokens=len(prompt), speculative=speculative, k=params.k if speculative else 0)
-    sampling = params.sampling
-    generator = sampling.generator(RandomStream.VERIFY)
+    drafting = proposer is not None and params.k > 0
+    stats = GenerationStats(prompt_tokens=len(prompt), speculative=drafting, k=params.k if drafting else 0)
+    generator = params.sampling.generator(RandomStream.VERIFY)
     eos = set(eos_ids)
     context = list(prompt)
     generated: list[int] = []
@@ -97,60 +96,29 @@ def generate(
             stop_reason = "cancelled"
             break
         remaining = params.max_new_tokens - len(generated)
-        k = max(0, min(depth.k, remaining - 1)) if proposer is not None and params.k > 0 else 0
-        if stats.rounds == 0:
-            # The first token comes from the prompt's own evaluation, never with a draft: the prompt is
-            # then fed by the same calls whether and however deep we speculate (feeding prompt and draft
-            # together would make its chunks, and so its rounding, depend on the draft's length), and the
-            # same way as llama.cpp's own generator feeds it.
-            k = 0
-            if proposer is not None and params.k > 0:
-                proposer.prepare(context)  # the draft reads the prompt now, within the time to first token
+        # The first token comes from the prompt's own evaluation, never with a draft: the prompt is then fed
+        # by the same calls whether and however deep we speculate (feeding prompt and draft together would
+        # make its chunks, and so its rounding, depend on the draft's length), as llama.cpp's generator does.
+        k = max(0, min(depth.k, remaining - 1)) if drafting and stats.rounds > 0 else 0
+        if drafting and stats.rounds == 0:
+            proposer.prepare(context)  # the draft reads the prompt now, within the time to first token
         draft = proposer.propose(context, k) if k > 0 else Draft()
         logits = target.sync(context + draft.tokens, n_logits=len(draft.tokens) + 1)
         if stats.rounds == 0:
             stats.prefilled_tokens = target.fed_tokens - fed_before - len(draft.tokens)
             stats.shifted_tokens = target.shifted_tokens - shifted_before
-        if sampling.greedy:
-            n_accepted, next_token = greedy_accept(draft.tokens, logits)
-        else:
-            import torch
+        n_accepted, next_token = accept(draft, logits, params.sampling, generator)
 
-            draft_tokens = torch.tensor(draft.tokens, dtype=torch.long)
-            p = logits_to_probs(logits, sampling.temperature, sampling.top_p)
-            q = draft.q if draft.q is not None else one_hot_q(draft_tokens, p.shape[-1])
-            if q.shape[-1] != p.shape[-1]:  # a draft head narrower than the target's: pad with zero mass
-                q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1]))
-            n_accepted, next_token = rejection_sample(draft_tokens, q, p, generator)
-
-        stats.rounds += 1
-        if draft.tokens:
-            stats.drafted += len(draft.tokens)
-            stats.accepted += n_accepted
-            if len(stats.histogram) <= n_accepted:
-                stats.histogram.extend([0] * (n_accepted + 1 - len(stats.histogram)))
-            stats.histogram[n_accepted] += 1
-            stats.k_max = max(stats.k_max, len(draft.tokens))
-            if draft.source == DraftSource.NGRAM:
-                stats.ngram_rounds += 1
-            else:
-                stats.model_rounds += 1
+        stats.record_round(len(draft.tokens), n_accepted, ngram=draft.source == DraftSource.NGRAM)
         if proposer is not None:
             proposer.update(context, n_accepted)
         depth.update(len(draft.tokens), n_accepted)
         if on_round is not None and draft.tokens:
             on_round(RoundRecord(len(draft.tokens), n_accepted, k, draft.source))
 
-        hit_eos = False
-        for token in [*draft.tokens[:n_accepted], next_token][:remaining]:
-            if token in eos:
-                hit_eos = True
-                break
-            generated.append(token)
-            context.append(token)
+        hit_eos = commit([*draft.tokens[:n_accepted], next_token][:remaining], eos, generated, context)
         if t_first is None and generated:
             t_first = time.perf_counter()
-
         cut = stream.update(generated)
         if cut is None and stop_predicate is not None:
             cut = stop_predicate(stream.text)
@@ -168,3 +136,29 @@ def generate(
     text = stream.finish(on_text)
     stats.record_times(t_start, t_first, t_end, len(generated), ended_by_eos=stop_reason == "eos")
     return GenerationResult(tokens=generated, text=text, stop_reason=stop_reason, stats=stats)
+
+
+def accept(draft: Draft, logits, sampling: Sampling, generator) -> tuple[int, int]:
+    """How many of the draft's tokens the target keeps, and the target's own next token: the greedy rule, or
+    rejection sampling with p (the target's distribution) and q (the draft's; one-hot for a lookup draft)."""
+    if sampling.greedy:
+        return greedy_accept(draft.tokens, logits)
+    import torch
+
+    draft_tokens = torch.tensor(draft.tokens, dtype=torch.long)
+    p = logits_to_probs(logits, sampling.temperature, sampling.top_p)
+    q = draft.q if draft.q is not None else one_hot_q(draft_tokens, p.shape[-1])
+    if q.shape[-1] != p.shape[-1]:  # a draft head narrower than the target's: pad with zero mass
+        q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1]))
+    return rejection_sample(draft_tokens, q, p, generator)
+
+
+def commit(tokens: Sequence[int], eos: set[int], generated: list[int], context: list[int]) -> bool:
+    """Append the round's kept tokens to the output and the context, up to an end-of-generation token;
+    whether one came."""
+    for token in tokens:
+        if token in eos:
+            return True
+        generated.append(token)
+        context.append(token)
+    return False

@@ -1,8 +1,8 @@
 """Weight layouts made on this machine: a GGUF target re-quantized to a type with fast CPU kernels here.
 
-The shipped target is Q4_K_M. On 2 cores llama.cpp's one-token step is compute-bound, and some types run
-far faster than others on a given CPU (on a Sapphire Rapids Xeon with AMX: Q4_K_M 84 ms a step, the same
-model re-quantized to Q4_0 38 ms). ``llama_model_quantize`` (bound in llama-cpp-python) re-quantizes the
+The shipped target is Q4_K_M. On a few cores llama.cpp's one-token step is compute-bound, and some types
+run far faster than others on a given CPU (Q4_0 has the fast kernels many CPUs lack for Q4_K_M's mix:
+docs/experiments.md, weight layouts). ``llama_model_quantize`` (bound in llama-cpp-python) re-quantizes the
 file locally in seconds; the result is cached next to the pulled models and written atomically.
 
 A layout is offered to the runtime plan only where its quality was measured against the file it derives

@@ -36,7 +36,7 @@ from codecue.server.context_hooks import CursorInfo
 from codecue.server.prompt import project_context, uri_to_path
 from codecue.server.stats import CancelRecord
 from codecue.server.streaming import partial_params, send_partial
-from codecue.server.worker import GenerationJob
+from codecue.server.worker import GenerationJob, JobKind
 
 if TYPE_CHECKING:
     from codecue.engine.results import GenerationResult
@@ -392,7 +392,7 @@ class InlineCompletions:
         job = GenerationJob(config=server.completion_config, prefix=prefix, suffix=suffix,
                             extra_context=self._context(uri, doc.language_id, prefix, suffix),
                             path=uri_to_path(uri),
-                            background=True, warm_only=True, warm_within_ms=CURSOR_PAUSE_MS,
+                            background=True, kind=JobKind.WARM, warm_within_ms=CURSOR_PAUSE_MS,
                             label=f"warm {uri}:{line}:{character}")
         if warming is not None:
             warming.cancel()

@@ -11,6 +11,7 @@ a job's other decoding settings apply to that job on the models loaded), and unl
 
 from __future__ import annotations
 
+import enum
 import gc
 import importlib
 import logging
@@ -76,6 +77,14 @@ def load_completer(config: CompletionConfig) -> Completer:
     return completer_class.from_loaded(loaded, config.decoding)
 
 
+class JobKind(enum.Enum):
+    """What a job asks of the worker, once the models it needs are loaded."""
+
+    COMPLETE = "complete"  # generate a completion: the result is a GenerationResult
+    WARM = "warm"  # only evaluate the prompt into the caches: the result is None
+    LOAD = "load"  # only load the models (an editor just connected): the result is None
+
+
 @dataclass(eq=False)
 class GenerationJob:
     """One completion to generate. Callbacks run on the worker thread."""
@@ -86,8 +95,7 @@ class GenerationJob:
     extra_context: Sequence[tuple[str, str]] = ()
     path: str | None = None  # the document's name in the prompt (shown with project context)
     background: bool = False  # work ahead (warm-up, prefetch): any real job cancels it
-    warm_only: bool = False  # only evaluate the prompt into the caches; the result is None
-    load_only: bool = False  # only load the models (an editor just connected); the result is None
+    kind: JobKind = JobKind.COMPLETE
     #: a warm-up's time limit for the full prompt (Completer.warm_context): None warms the full prompt
     warm_within_ms: float | None = None
     #: a warm-up that also evaluates again what the cache kept by shifting (Completer.warm): the idle one
@@ -205,7 +213,7 @@ class ModelWorker:
                 # Work ahead for where the editor is now (a warm-up, the suggestion after an accepted one):
                 # an older warm-up (the last request's place, an earlier cursor position) would only delay
                 # it, or evict what it evaluates; a request may already wait for a prefetch.
-                self._cancel_background_locked(warm_only=True)
+                self._cancel_background_locked(only=JobKind.WARM)
                 self._refine = None
             self._queue.append(job)
             if self._interrupt_idle_work is not None:
@@ -229,13 +237,13 @@ class ModelWorker:
         waits for the load to finish (a load is not cut short), not for anything after it."""
         if not self.load_at_connect or self.holds(config):
             return
-        self.submit(GenerationJob(config=config, prefix="", suffix="", background=True, load_only=True,
+        self.submit(GenerationJob(config=config, prefix="", suffix="", background=True, kind=JobKind.LOAD,
                                   label="load at connect"))
 
-    def _cancel_background_locked(self, warm_only: bool = False) -> None:
-        """Drop the queued background jobs and cancel the running one (only warm-ups: ``warm_only``)."""
+    def _cancel_background_locked(self, only: JobKind | None = None) -> None:
+        """Drop the queued background jobs and cancel the running one (with ``only``: those of that kind)."""
         def dropped(job: GenerationJob) -> bool:
-            return job.background and (job.warm_only or not warm_only)
+            return job.background and (only is None or job.kind is only)
 
         for waiting in [j for j in self._queue if dropped(j)]:
             self._queue.remove(waiting)
@@ -456,7 +464,7 @@ class ModelWorker:
                     job.future.set_result(None)
                     continue
                 completer = self._ensure_loaded(job.config)
-                if job.is_cancelled or job.load_only:  # cancelled while the models loaded, or only to load
+                if job.is_cancelled or job.kind is JobKind.LOAD:  # cancelled while the models loaded, or only to load
                     job.future.set_result(None)
                     continue
                 self._served_since_load = True
@@ -465,7 +473,7 @@ class ModelWorker:
                 decoding = job.config.decoding
                 budget = prompt_budget(decoding)
                 prefix = stable_prefix(job.prefix, budget)
-                if job.warm_only:
+                if job.kind is JobKind.WARM:
                     _link_cancel(job, completer)
                     job.warmed_tokens = completer.warm_context(prefix, job.suffix, job.extra_context, path=job.path,
                                                                cancelled=job.poll_cancelled, decoding=decoding,
@@ -496,8 +504,8 @@ class ModelWorker:
                     # Before the answer goes out: a warm-up the editor asks for after it (the cursor moved
                     # on) must find this one to drop. One already waiting is for a newer place.
                     with self._cond:
-                        if not any(waiting.warm_only for waiting in self._queue):
-                            self._refine = replace(job, background=True, warm_only=True, warm_fresh=True,
+                        if not any(waiting.kind is JobKind.WARM for waiting in self._queue):
+                            self._refine = replace(job, background=True, kind=JobKind.WARM, warm_fresh=True,
                                                    on_text=None, on_round=None, stop_rule=None,
                                                    label=f"warm after {job.label}", future=Future(),
                                                    _cancel=threading.Event())

@@ -135,6 +135,23 @@ def plan_config(config: CompletionConfig) -> LoadSpec:
     return plan_load(resolve_config(config))
 
 
+def serving_plan(config: CompletionConfig) -> tuple[LoadSpec, Plan | None]:
+    """What :func:`plan_config` loads for ``config``, with the runtime plan that chose it (None where the
+    plan does not apply): what ``codecue explain`` and ``codecue doctor`` show is what the worker loads."""
+    config.decoding.validate()
+    resolved = resolve_config(config)
+    plan = runtime_plan(resolved)
+    return (configured_load(resolved) if plan is None else candidate_load(resolved, plan.chosen)), plan
+
+
+def spec_runtime(spec: LoadSpec) -> str:
+    """The runtime label of what ``spec`` loads, as its completer reports it (what costs and K are keyed
+    by): the target's runtime, and ``+`` the draft's where that differs."""
+    target = choose_backend(spec.target, spec.backend)
+    draft = choose_backend(spec.draft, spec.draft_backend) if spec.draft is not None else target
+    return target if draft == target else f"{target}+{draft}"
+
+
 def load_models(config: CompletionConfig) -> LoadedModels:
     """Load what ``config`` asks for, each step once: resolve the models, plan what serves them here, load
     that (:meth:`codecue.completion.Completer.from_loaded` wraps it)."""
