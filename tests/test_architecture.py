@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -51,3 +52,18 @@ def test_a_top_level_module_outside_every_layer_breaks_the_contract(tmp_path: Pa
     run = lint_imports(tmp_path)
     assert run.returncode != 0
     assert "codecue.helpers" in run.stdout + run.stderr
+
+
+#: the longest a function in the package may be: a reader holds one in view
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_in_the_package_is_over_80_lines() -> None:
+    long = []
+    for path in sorted((REPO / "codecue").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []

@@ -72,11 +72,18 @@ def test_serve_without_model_flags_leaves_the_daemon_its_defaults():
     assert daemon_default.with_wire_values(given_model_values(args)) == daemon_default
 
 
-def test_hello_values_of_the_wrong_type_are_ignored():
+def test_hello_values_of_the_wrong_type_are_reported_and_ignored():
+    from codecue.options import read_wire_values
+
     base = CompletionConfig(ModelChoice(dtype="float32"), DecodingSettings(k=3))
-    got = base.with_wire_values({"k": "7", "dtype": 5, "minConfidence": True, "backend": "remote", "remote": ""})
+    hello = {"k": "7", "dtype": 5, "minConfidence": True, "backend": "remote", "remote": ""}
+    got = base.with_wire_values(hello)
     assert (got.decoding.k, got.models.dtype, got.decoding.min_confidence, got.models.backend,
             got.models.remote) == (3, "float32", 0.4, "auto", None)
+    # Not silently: each bad value is one line (the daemon shows them to the editor at initialize).
+    _, problems = read_wire_values(hello)
+    assert [p.split(" ")[0] for p in problems] == ["k", "dtype", "minConfidence"]
+    assert all(p.endswith("; using the daemon's") for p in problems)
 
 
 def test_every_subcommand_is_wired():

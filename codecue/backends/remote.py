@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import queue
 import socket
@@ -33,11 +32,11 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from codecue.errors import CodeCueError
+from codecue.options import TABLES, check, check_table
 from codecue.paths import config_path, read_config_table
 
 log = logging.getLogger(__name__)
 
-FALLBACKS = ("local", "none")
 COMPLETIONS_PATH = "/v1/completions"
 MODELS_PATH = "/v1/models"
 MAX_ERROR_BODY = 64 * 1024  # bytes read from an error response: enough for any message, bounded
@@ -65,29 +64,18 @@ class RemoteSettings:
 
     @classmethod
     def load(cls, url: str | None = None, table: Mapping[str, Any] | None = None) -> RemoteSettings:
-        """Settings from ``table`` (default: the user's ``[remote]``), with ``url`` over its ``url``."""
+        """Settings from ``table`` (default: the user's ``[remote]``), with ``url`` over its ``url``. A bad
+        or unknown entry stops here, with the message its option gets everywhere (a server the user set
+        up wrong is not worked around: the completion would go elsewhere than they think)."""
         table = dict(read_config_table("remote") if table is None else table)
         where = f"[remote] in {config_path()}"
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise CodeCueError(f"unknown setting(s) {', '.join(unknown)} in {where}",
-                               f"known: {', '.join(sorted(known))}")
         if url is not None:
             table["url"] = url
-        if not table.get("url"):
+        values, problems = check_table("remote", table)
+        if problems:
+            raise CodeCueError(f"{problems[0]} (in {config_path()})")
+        if not values.get("url"):
             raise CodeCueError("no remote server configured", f"pass --remote URL or set url in {where}")
-        values: dict[str, Any] = {}
-        for name, value in table.items():
-            if name.endswith("_timeout") or name == "retry_after":
-                if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                        math.isfinite(value) and value > 0):
-                    raise CodeCueError(f"{name} must be a positive number of seconds, got {value!r} ({where})")
-                values[name] = float(value)
-            elif not isinstance(value, str) or not value.strip():
-                raise CodeCueError(f"{name} must be a non-empty string, got {value!r} ({where})")
-            else:
-                values[name] = value.strip()
         settings = cls(**values)
         settings.validate()
         return settings
@@ -97,8 +85,7 @@ class RemoteSettings:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise CodeCueError(f"remote url {self.display_url!r} is not an http(s) URL",
                                "use e.g. https://gpu-box.example:8000 (the server's base URL)")
-        if self.fallback not in FALLBACKS:
-            raise CodeCueError(f"[remote] fallback must be one of {', '.join(FALLBACKS)}, got {self.fallback!r}")
+        check(TABLES["remote"]["fallback"], self.fallback)
         if self.ca_bundle is not None and not os.path.isfile(os.path.expanduser(self.ca_bundle)):
             raise CodeCueError(f"[remote] ca_bundle {self.ca_bundle} is not a file")
 

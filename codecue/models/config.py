@@ -9,27 +9,40 @@ then only read.
 - :class:`CompletionConfig`: the two together, as a command or an editor session asks for them, and as
   the daemon's relay sends them (:data:`WIRE_FIELDS`).
 
+Their options (names, ranges, defaults, the one message a bad value gets) are declared in
+:mod:`codecue.options`.
+
 Kept free of heavy imports: the command line builds its flags from these choices, and the server keys its
 loaded models by a configuration without loading torch.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from codecue.errors import CodeCueError
+from codecue.options import (
+    CONFIG_FIELDS,
+    DRAFT_MODES,
+    DRAFT_VOCABS,
+    DTYPES,
+    HELLO,
+    MAX_CHUNK_REUSE,
+    MODEL_DRAFT_MODES,
+    check,
+    read_wire_values,
+)
 
 if TYPE_CHECKING:
     from codecue.engine.fim import PromptBudget
 
-DRAFT_MODES = ("hybrid", "model", "ngram", "none")
-#: the draft modes that draft with a draft model (and so load one)
-MODEL_DRAFT_MODES = ("hybrid", "model")
-DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
-DRAFT_VOCABS = ("code", "full")
-MAX_CHUNK_REUSE = 8192
+__all__ = ["DRAFT_MODES", "DRAFT_VOCABS", "DTYPES", "MAX_CHUNK_REUSE", "MODEL_DRAFT_MODES", "WIRE_FIELDS",
+           "CompletionConfig", "DecodingSettings", "LoadKey", "ModelChoice"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,19 +91,13 @@ class DecodingSettings:
         return self.draft_mode in MODEL_DRAFT_MODES
 
     def validate(self) -> None:
-        """Raises a CodeCueError naming the setting out of range. Not done at construction: a client's
-        settings are reported where they are used, as a request's error, not as a refused connection."""
-        if self.draft_mode not in DRAFT_MODES:
-            raise CodeCueError(f"unknown draft mode {self.draft_mode!r}", f"choose one of {', '.join(DRAFT_MODES)}")
-        if self.k is not None and not 0 <= self.k <= 32:
-            raise CodeCueError(f"k={self.k} is out of range", "choose 0 (no speculation) to 32")
-        if self.draft_vocab not in DRAFT_VOCABS:
-            raise CodeCueError(f"unknown draft vocabulary {self.draft_vocab!r}", "choose code or full")
-        if not 0.0 <= self.min_confidence < 1.0:
-            raise CodeCueError("min_confidence must be in [0, 1)")
-        if not 0 <= self.chunk_reuse <= MAX_CHUNK_REUSE:
-            raise CodeCueError(f"chunk_reuse={self.chunk_reuse} is out of range",
-                               f"choose 0 (prefix reuse only) to {MAX_CHUNK_REUSE} tokens")
+        """Raises an OptionError naming the setting out of range (the message its flag, config.toml and an
+        editor get for it). Not done at construction: a client's settings are reported where they are
+        used, as a request's error, not as a refused connection."""
+        for f in fields(self):
+            option, value = CONFIG_FIELDS.get(f.name), getattr(self, f.name)
+            if option is not None and value != f.default:  # a default may be a sentinel: first_text_ms -1
+                check(option, value)
 
 
 #: what loading depends on (see :meth:`CompletionConfig.load_key`)
@@ -123,37 +130,25 @@ class CompletionConfig:
                 "draftBackend": models.draft_backend, "draftMode": decoding.draft_mode, "dtype": models.dtype,
                 "remote": _display_url(models.remote)}
 
-    def with_wire_values(self, values: Any) -> CompletionConfig:
-        """This configuration with the fields a client sent (camelCase keys, as :data:`WIRE_FIELDS`);
-        values of the wrong type are ignored, an empty ``remote`` means none."""
-        if not isinstance(values, dict):
-            return self
-        changes: dict[str, Any] = {}
-        for key, name in WIRE_FIELDS.items():
-            value = values.get(key)
-            if name == "remote" and key in values and (value is None or isinstance(value, str)):
-                changes[name] = value or None
-            elif _FIELD_TYPES[name] is float and isinstance(value, int | float) and not isinstance(value, bool):
-                changes[name] = float(value)
-            elif _FIELD_TYPES[name] is int and isinstance(value, int) and not isinstance(value, bool):
-                changes[name] = value
-            elif _FIELD_TYPES[name] is str and isinstance(value, str) and value:
-                changes[name] = value
-        if changes.get("backend") == "remote":
-            changes["backend"] = "auto"
+    def with_values(self, changes: Mapping[str, Any]) -> CompletionConfig:
+        """This configuration with checked option values by Python name (fields of either half)."""
         return CompletionConfig(
             replace(self.models, **{k: v for k, v in changes.items() if k in _MODEL_FIELDS}),
             replace(self.decoding, **{k: v for k, v in changes.items() if k not in _MODEL_FIELDS}))
 
+    def with_wire_values(self, values: Any) -> CompletionConfig:
+        """This configuration with the fields a client sent (camelCase keys, as :data:`WIRE_FIELDS`). A bad
+        value is logged and left out (the daemon also shows it to the session's editor: see
+        :func:`~codecue.options.read_wire_values`); an empty ``remote`` means none."""
+        changes, problems = read_wire_values(values)
+        for problem in problems:
+            log.warning("hello: %s", problem)
+        return self.with_values(changes)
+
 
 #: The fields a client (the relay's hello) may set, by their camelCase name on the wire.
-WIRE_FIELDS = {"target": "target", "draft": "draft", "backend": "backend", "draftBackend": "draft_backend",
-               "dtype": "dtype", "device": "device", "draftMode": "draft_mode", "k": "k",
-               "minConfidence": "min_confidence", "draftVocab": "draft_vocab", "remote": "remote",
-               "firstTextMs": "first_text_ms", "chunkReuse": "chunk_reuse"}
+WIRE_FIELDS = {key: option.name for key, option in HELLO.items()}
 _MODEL_FIELDS = {f.name for f in fields(ModelChoice)}
-_FIELD_TYPES = {f.name: {"int": int, "int | None": int, "float": float}.get(str(f.type), str)
-                for f in (*fields(ModelChoice), *fields(DecodingSettings))}
 
 
 def _display_url(url: str | None) -> str | None:

@@ -21,6 +21,7 @@ from codecue.models.config import CompletionConfig
 from codecue.models.gguf_reader import check_gguf_header, read_gguf_header
 from codecue.models.provision import is_pulled, is_verified, model_path, partial_path, pull, verify
 from codecue.models.registry import DEFAULTS, REGISTRY, ModelSpec, Role, check_role
+from codecue.options import TABLES, OptionError, check
 from codecue.paths import config_path, read_config_table
 
 log = logging.getLogger(__name__)
@@ -73,16 +74,15 @@ def read_models_config() -> dict[str, Any]:
 
 
 def configured_model(role: Role) -> str | None:
-    """The user's configured model reference for ``role``, if a usable one is set."""
+    """The user's configured model reference for ``role``, if a usable one is set; a bad one is logged
+    with the message ``--target`` / ``--draft`` and an editor's ``model`` option get for it."""
     check_role(role)
     value = read_models_config().get(role)
-    if value is None:
+    try:
+        return check(TABLES["models"][role], value)
+    except OptionError as exc:
+        log.warning("%s: %s; using the default", config_path(), exc)
         return None
-    if not isinstance(value, str) or not value.strip():
-        log.warning("ignoring [models] %s in %s: it must be a model name or a path; using the default",
-                    role, config_path())
-        return None
-    return value.strip()
 
 
 def resolve_model(ref: str | None, role: str, *, auto_pull: bool = False) -> ModelSource:

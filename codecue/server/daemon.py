@@ -27,6 +27,7 @@ from typing import Any
 from codecue import __version__
 from codecue.errors import CodeCueError
 from codecue.models.config import CompletionConfig
+from codecue.options import read_wire_values
 from codecue.paths import atomic_write_text
 from codecue.server.daemon_client import ensure_runtime_dir, lock_path, pid_path, socket_path
 from codecue.server.framing import STREAM_LIMIT
@@ -151,6 +152,10 @@ class Daemon:
             except ValueError:
                 return
             config = self.default_config
+            # A bad value in the hello (a relay of another version, a hand-written client) is not a
+            # reason to refuse the editor its completions: the session starts without it, and the
+            # editor hears of it at initialize, as of a bad initializationOption.
+            problems: list[str] = []
             if first.startswith(b"{"):
                 try:
                     preamble = json.loads(first[:MAX_PREAMBLE_BYTES])
@@ -169,11 +174,12 @@ class Daemon:
                 if kind != "hello":
                     writer.write(b'{"error": "unknown preamble"}\n')
                     return
-                config = self.default_config.with_wire_values(preamble.get("model"))
+                changes, problems = read_wire_values(preamble.get("model"))
+                config = self.default_config.with_values(changes)
                 first = None
             if first == b"":
                 return
-            session = CodeCueServer(self.worker, config)
+            session = CodeCueServer(self.worker, config, config_problems=problems)
             self.sessions.add(session)
             await serve_session(session, reader, writer, first_line=first)
         except (ConnectionError, asyncio.IncompleteReadError):

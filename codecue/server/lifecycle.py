@@ -48,6 +48,7 @@ def check_models(model: ModelOptions) -> tuple[ModelOptions, list[str]]:
 
 async def configure(server: CodeCueServer, raw_options: Any) -> ServerOptions:
     options, problems = parse_options(raw_options)
+    problems = server.config_problems + problems
     if options.model.target or options.model.draft:
         model, model_problems = await asyncio.to_thread(check_models, options.model)
         options = replace(options, model=model)
@@ -55,7 +56,7 @@ async def configure(server: CodeCueServer, raw_options: Any) -> ServerOptions:
     server.options = options
     if problems:
         for problem in problems:
-            log.warning("initializationOptions: %s", problem)
+            log.warning("settings: %s", problem)
         server.show_message("CodeCue: " + "; ".join(problems), types.MessageType.Warning)
     return options
 

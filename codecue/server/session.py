@@ -128,11 +128,14 @@ class CodeCueServer(LanguageServer):
     """One editor session."""
 
     def __init__(self, worker: ModelWorker, config: CompletionConfig | None = None, *,
-                 require_token: str | None = None) -> None:
+                 require_token: str | None = None, config_problems: list[str] | None = None) -> None:
         super().__init__(name="codecue", version=codecue_version, protocol_cls=CodeCueProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.worker = worker
         self.base_config = config or worker.default_config
+        # What was wrong with the settings this session was opened with (a relay's hello): reported to
+        # the editor at initialize, with its own options' problems.
+        self.config_problems = list(config_problems or [])
         self.require_token = require_token
         self.options = ServerOptions()
         self.documents = DocumentStore()
@@ -169,9 +172,10 @@ class CodeCueServer(LanguageServer):
 
     @property
     def completion_config(self) -> CompletionConfig:
-        """The session's models and decoding: the client's ``model`` option over the server's (or relay's)
-        defaults."""
-        return self.base_config.with_models(self.options.model.target, self.options.model.draft)
+        """The session's models and decoding: the client's ``model`` option and decoding settings over the
+        server's (or relay's) defaults."""
+        config = self.base_config.with_models(self.options.model.target, self.options.model.draft)
+        return config.with_values(self.options.decoding) if self.options.decoding else config
 
     def show_message(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
