@@ -168,3 +168,18 @@ def test_explain_shows_the_runtime_plans_choice_the_worker_loads(tmp_path: Path,
         assert not explained["served"]["plan"].startswith("the configured runtimes")
     finally:
         completer.close()
+
+
+@pytest.mark.realmodels
+def test_doctor_names_the_runtime_and_files_the_worker_loads(real_models, capsys) -> None:
+    from codecue.models.config import CompletionConfig
+    from codecue.server.worker import load_completer
+
+    need_llama_cpp()
+    assert main(["doctor", "--json"]) == 0
+    serves = json.loads(capsys.readouterr().out)["serves"]
+    completer = load_completer(CompletionConfig())
+    try:
+        assert (serves["runtime"], serves["target"], serves["draft"]) == (completer.runtime, *completer.names)
+    finally:
+        completer.close()

@@ -25,6 +25,7 @@ import pytest
 import pytest_asyncio
 
 from codecue.server.framing import encode_frame, read_frame
+from harness.server import server_env
 
 TIMEOUT = 120  # seconds for any single wait: hang guards, not timings
 LANGUAGE = "plaintext-cursor"  # a language of its own: no other document joins the prompt
@@ -48,8 +49,7 @@ class Client:
 
     @classmethod
     async def start(cls, argv: list[str], tmp: Path) -> Client:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
-                   CODECUE_RUNTIME_DIR=str(tmp / "rt"), CODECUE_CONFIG_DIR=str(tmp / "cfg"))
+        env = server_env(tmp)  # its own runtime and config dirs; the test doubles (tests/harness) importable
         process = await asyncio.create_subprocess_exec(*argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                        env=env, limit=1 << 24)
         return cls(process)

@@ -17,6 +17,7 @@ from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoic
 from codecue.server.model_process import CompleterProcess, child_process_factory
 from codecue.server.worker import GenerationJob, ModelWorker, load_completer
 from harness.paced_server import FORWARD_DELAY_ENV, HANG_FILE_ENV
+from harness.server import server_env
 
 DOCUMENT = "def add(a, b):\n    \n\ndef sub(a, b):\n    return a - b\n"
 CURSOR = (1, 4)
@@ -246,7 +247,7 @@ def test_a_model_process_whose_server_died_stops_its_work(tiny_dirs, monkeypatch
 
     monkeypatch.setenv(FORWARD_DELAY_ENV, "200")
     server = subprocess.Popen([sys.executable, "-c", ORPHANED_SERVER, str(tiny_dirs["target"])],
-                              stdout=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, text=True, env=server_env())
     try:
         child = int(server.stdout.readline())
         time.sleep(2.0)  # well into the warm-up

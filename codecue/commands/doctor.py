@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         for r in plan.rows]
     report["chosen"] = plan.chosen.label
     report["reason"] = plan.reason
+    report["serves"] = served_files(args)
     if args.json:
         print(json.dumps(report))
         return 0
@@ -175,4 +176,16 @@ def run(args: argparse.Namespace) -> int:
     for label, why in cannot_win.items():
         print(f"skipped    {label}: {why}")
     print(f"chosen     {plan.chosen.label}: {plan.reason}")
+    serves = report["serves"]
+    print(f"serves     {serves['runtime']}: target {serves['target']}, draft {serves['draft'] or 'none'}")
     return 0
+
+
+def served_files(args: argparse.Namespace) -> dict[str, str | None]:
+    """What the model worker loads for this configuration (its runtime and model files): the plan's choice
+    where the plan applies, else the configured runtimes."""
+    from codecue.tuning.serving import serving_plan, spec_runtime
+
+    spec, _ = serving_plan(config_from_args(args))
+    target, draft = spec.names
+    return {"runtime": spec_runtime(spec), "target": target, "draft": draft}
