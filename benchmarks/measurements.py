@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ MODEL_FREE_KINDS = ("context",)
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 #: README.md: every report it links must be one of the checked reports
 README = ROOT / "README.md"
-_REPORT_LINK = re.compile(r"\]\((docs/bench/[^)#\s]+\.json)\)")
+_REPORT_LINK = re.compile(r"(?:\]\(|^\[[^\]]+\]:\s*)(?:\./)?(docs/bench/[^)#\s]+\.json)", re.MULTILINE)
 #: what a meta may hold besides: ``note``, what the command does not say (a setting changed in code for the run)
 OPTIONAL_META_KEYS = ("note",)
 CPU_CLASSES = ("native", "avx2")
@@ -138,6 +139,8 @@ def meta_problems(meta: Any) -> list[str]:
         why = ("made from a tree with uncommitted changes" if commit.endswith("-dirty")
                else "not made from a git checkout")
         problems.append(f"meta commit {commit!r}: {why}; run it again from a clean commit")
+    elif isinstance(commit, str) and not known_commit(commit):
+        problems.append(f"meta commit {commit!r} is not a commit of this repository")
     if "models" in meta:
         problems += models_problems(meta["models"], meta.get("kind"))
     date = meta.get("date")
@@ -150,6 +153,18 @@ def meta_problems(meta: Any) -> list[str]:
             if parsed.utcoffset() is None or parsed.utcoffset().total_seconds() != 0:
                 problems.append(f"meta date {date!r} is not in UTC (end it with Z)")
     return problems
+
+
+def known_commit(commit: str) -> bool:
+    """Whether ``commit`` names a commit of this repository (True where git cannot be asked: a copy of the
+    docs without the history checks the rest)."""
+    try:
+        found = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"],
+                               capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return True
+    inside = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--git-dir"], capture_output=True, timeout=30)
+    return found.returncode == 0 or inside.returncode != 0
 
 
 def models_problems(models: Any, kind: Any) -> list[str]:

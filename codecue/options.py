@@ -189,8 +189,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("min_confidence", "number", 0.4, "stop drafting when the draft's probability for its guess falls "
            "below this", wire="minConfidence", init="minConfidence", hello=True, flag="--min-confidence",
            toml=("decoding", "min_confidence"), low=0, high=1, high_open=True),
-    Option("draft_vocab", "choice", "code", "code: the draft scores only ASCII code tokens (cheaper; output "
-           "unchanged)", wire="draftVocab", init="draftVocab", hello=True, flag="--draft-vocab",
+    Option("draft_vocab", "choice", "code", "code: the draft scores only ASCII code tokens (cheaper; the "
+           "target still verifies every token)", wire="draftVocab", init="draftVocab", hello=True, flag="--draft-vocab",
            toml=("decoding", "draft_vocab"), choices=DRAFT_VOCABS),
     # -1 (the field's default) is the prompt budget's own, 400 ms: a sentinel, never a value to send.
     Option("first_text_ms", "int", -1, "at a place the cache does not hold, evaluate at most this long of "

@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -177,9 +178,12 @@ def test_llama_server_command_lines_use_current_flags() -> None:
 
 # -- the generator, on synthetic reports ----------------------------------------------------------------------
 
+#: a commit of this repository, as a clean report names it
+HEAD = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                      check=True, timeout=30).stdout.strip()
 META = {"kind": "speed", "cpu": "Example CPU 9000", "cpu_flags": ["sse4_2", "avx2", "fma"], "cpu_class": "native",
         "llama_cpp": "0.3.36+codecue.0123abcd", "command": "codecue bench --json docs/bench/speed.json",
-        "commit": "0123abc", "date": "2026-12-02T10:00:00Z",
+        "commit": HEAD, "date": "2026-12-02T10:00:00Z",
         "models": {"target": {"file": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "bytes": 1117320768,
                               "layout": "Q4_K_M"}}}
 SPEED_ROWS = [
@@ -265,6 +269,7 @@ def test_a_report_gets_a_section_that_names_its_cpu_command_commit_and_date(tmp_
     ("speed.json", {"meta": META, "summary": [{"method": "default"}]}, "speed summary rows lack"),
     ("dirty.json", {"meta": dict(META, kind="replay", commit="0123abc-dirty")}, "uncommitted changes"),
     ("version.json", {"meta": dict(META, kind="replay", commit="0.1.0")}, "not made from a git checkout"),
+    ("unknown.json", {"meta": dict(META, kind="replay", commit="fedcba9876")}, "not a commit of this repository"),
     ("no-models.json", {"meta": {k: v for k, v in META.items() if k != "models"}}, "meta lacks models"),
     ("none-served.json", {"meta": dict(META, kind="quality", models={})}, "names no model file"),
     ("no-layout.json", {"meta": dict(META, kind="quality", models={"target": {"file": "t.gguf"}})},
@@ -290,9 +295,10 @@ def test_a_model_free_report_may_name_no_model_and_the_page_names_the_served_fil
 def test_the_readme_links_only_checked_reports(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     checked = gen.load_reports(BENCH) if BENCH.is_dir() else []
-    readme.write_text("[a gone report](docs/bench/gone.json)\n", encoding="utf-8")
+    readme.write_text("[a gone report](docs/bench/gone.json), [another](./docs/bench/also.json#summary)\n\n"
+                      "[ref]: docs/bench/third.json\n", encoding="utf-8")
     assert gen.readme_problems(checked, readme) == [
-        "README.md links docs/bench/gone.json, which is not a checked report"]
+        f"README.md links docs/bench/{name}.json, which is not a checked report" for name in ("gone", "also", "third")]
     assert gen.readme_problems(checked) == []  # the repository's own README
 
 
@@ -314,7 +320,8 @@ def test_relative_paths_and_urls_are_not_machine_paths() -> None:
 #: the documents a user reads about what CodeCue writes (the experiment log reports runs, not the default)
 CLAIM_DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "editor_clients" / "README.md"]
 #: words that promise output equal to the target's alone, whatever the cache holds
-UNQUALIFIED = re.compile(r"\blossless\b|token for token what the target alone", re.IGNORECASE)
+UNQUALIFIED = re.compile(r"\blossless\b|token for token what the target alone|output (is )?unchanged"
+                         r"|exactly what the target", re.IGNORECASE)
 
 
 def paragraph_with(text: str, start: str) -> str:

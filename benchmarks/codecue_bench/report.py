@@ -121,8 +121,9 @@ def _without_machine_path(arg: str) -> str:
 
 
 def source_commit() -> str:
-    """The commit CodeCue runs from: the short hash, ``-dirty`` when tracked files differ from it (untracked
-    ones do not count: a report written into the checkout would make every later run "dirty"); the package
+    """The commit CodeCue runs from: the short hash, ``-dirty`` when tracked files differ from it or code
+    files are not tracked yet (other untracked files do not count: a report written into the checkout would
+    make every later run "dirty"); the package
     version where CodeCue does not run from a git checkout."""
 
     def git(*args: str) -> str:
@@ -134,6 +135,8 @@ def source_commit() -> str:
             return __version__  # installed inside some other repository
         commit = git("rev-parse", "--short", "HEAD")
         changed = git("status", "--porcelain", "--untracked-files=no")
+        # a new module not committed yet changes what runs, a report written into docs/bench does not
+        changed += git("ls-files", "--others", "--exclude-standard", "--", "codecue", "benchmarks/codecue_bench")
     except (OSError, subprocess.SubprocessError):
         return __version__
     return f"{commit}-dirty" if changed else commit

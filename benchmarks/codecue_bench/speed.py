@@ -242,7 +242,8 @@ def print_and_write(args: argparse.Namespace, result: SpeedRun, kind: str,
     served = {"target": result.served.target.path,
               "draft": result.served.draft.path if result.served.draft is not None else None,
               "shipped target": result.shipped.target.path,
-              "shipped draft": result.shipped.draft.path if result.shipped.draft is not None else None}
+              "shipped draft": result.shipped.draft.path if result.shipped.draft is not None
+              and any("draft" in label for label in result.labels if label.startswith(("server", "ov"))) else None}
     write_report(args.json_out, report_meta(kind, args.typed_argv, served), {
         "title": result.title, "methods": result.labels, "max_tokens": result.max_tokens, "k": result.k,
         "backends": result.backends, "baseline": result.baseline, "elapsed_s": result.elapsed_s,

@@ -2,8 +2,9 @@
 
 Code is overwhelmingly ASCII: the tokens that decode to printable ASCII (plus whitespace) are a fraction
 of a multilingual vocabulary, and a draft head restricted to them reads that fraction of the head's
-weights per step. The target still verifies against its full vocabulary, so output is unchanged; a token
-outside the subset can only be produced by the target's correction.
+weights per step. The target still verifies against its full vocabulary, so every token shown is the target's
+choice (only the guesses, and so the verification calls' sizes, change); a token outside the subset can
+only be produced by the target's correction.
 """
 
 from __future__ import annotations
