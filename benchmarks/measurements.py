@@ -155,16 +155,19 @@ def meta_problems(meta: Any) -> list[str]:
     return problems
 
 
-def known_commit(commit: str) -> bool:
-    """Whether ``commit`` names a commit of this repository (True where git cannot be asked: a copy of the
-    docs without the history checks the rest)."""
+def known_commit(commit: str, repo: Path = ROOT) -> bool:
+    """Whether ``commit`` names a commit of ``repo``; True where its history cannot say (no git, not a
+    checkout, a shallow clone): the rest of the checks still apply there."""
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
+
     try:
-        found = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"],
-                               capture_output=True, timeout=30)
+        shallow = git("rev-parse", "--is-shallow-repository")
+        if shallow.returncode != 0 or shallow.stdout.strip() != "false":
+            return True
+        return git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
     except (OSError, subprocess.SubprocessError):
         return True
-    inside = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--git-dir"], capture_output=True, timeout=30)
-    return found.returncode == 0 or inside.returncode != 0
 
 
 def models_problems(models: Any, kind: Any) -> list[str]:

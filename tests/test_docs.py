@@ -269,7 +269,6 @@ def test_a_report_gets_a_section_that_names_its_cpu_command_commit_and_date(tmp_
     ("speed.json", {"meta": META, "summary": [{"method": "default"}]}, "speed summary rows lack"),
     ("dirty.json", {"meta": dict(META, kind="replay", commit="0123abc-dirty")}, "uncommitted changes"),
     ("version.json", {"meta": dict(META, kind="replay", commit="0.1.0")}, "not made from a git checkout"),
-    ("unknown.json", {"meta": dict(META, kind="replay", commit="fedcba9876")}, "not a commit of this repository"),
     ("no-models.json", {"meta": {k: v for k, v in META.items() if k != "models"}}, "meta lacks models"),
     ("none-served.json", {"meta": dict(META, kind="quality", models={})}, "names no model file"),
     ("no-layout.json", {"meta": dict(META, kind="quality", models={"target": {"file": "t.gguf"}})},
@@ -282,6 +281,25 @@ def test_reports_without_their_origin_are_refused(tmp_path: Path, name: str, dat
     assert any(p.startswith(f"{name}: ") and problem in p for p in error.value.problems), error.value.problems
     assert gen.main(["--bench-dir", str(tmp_path), "--output", str(tmp_path / "m.md")]) == 2
     assert not (tmp_path / "m.md").exists()
+
+
+def test_a_report_from_a_commit_the_repository_lacks_is_refused(tmp_path: Path, monkeypatch) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True, timeout=30)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "one"], check=True, timeout=30)
+    made = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                          timeout=30).stdout.strip()
+    assert gen.known_commit(made, repo) and not gen.known_commit("fedcba9876", repo)
+    assert gen.known_commit("fedcba9876", tmp_path / "not-a-checkout")  # no history to ask: other checks apply
+    monkeypatch.setattr(gen, "ROOT", repo)
+    monkeypatch.setattr(gen.known_commit, "__defaults__", (repo,))
+    bench = tmp_path / "bench"
+    write(bench, "gone.json", {"meta": dict(META, kind="replay", commit="fedcba9876")})
+    with pytest.raises(gen.ReportError) as error:
+        gen.load_reports(bench)
+    assert error.value.problems == ["gone.json: meta commit 'fedcba9876' is not a commit of this repository"]
 
 
 def test_a_model_free_report_may_name_no_model_and_the_page_names_the_served_files(tmp_path: Path) -> None:
