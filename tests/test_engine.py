@@ -55,7 +55,7 @@ def test_speculative_greedy_equals_target_greedy(make_completer, reference, k, d
 
 
 def test_depth_schedule_grows_on_accepted_rounds_and_shrinks_on_rejections():
-    from codecue.engine.speculative import DepthSchedule
+    from codecue.engine.proposers import DepthSchedule
 
     depth = DepthSchedule(2, 7)
     ks = []

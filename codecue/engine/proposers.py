@@ -31,11 +31,54 @@ class Draft:
     source: DraftSource = DraftSource.NONE
 
 
+@dataclass
+class DepthSchedule:
+    """The draft depth round by round within one generation: 2 deeper after a round whose drafts were all
+    accepted (as transformers' assisted decoding grows it), and after a rejection back to the first
+    round's depth (1 shallower when already there), between 1 and ``k_max``. Code runs in stretches: a
+    repeated block is drafted deep while it lasts, and the round that ends the stretch costs one deep
+    verification, not a slow descent (shrinking by 1 instead was slower than a fixed depth:
+    docs/experiments.md, drafting)."""
+
+    k: int
+    k_max: int
+    grow: int = 2
+
+    def __post_init__(self) -> None:
+        self.start = self.k
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted and accepted == drafted:
+            self.k = min(self.k_max, self.k + self.grow)
+        elif accepted < drafted:
+            self.k = max(1, min(self.k - 1, self.start))
+
+
 class Proposer(ABC):
-    """Drafts up to ``k`` tokens to follow ``context`` for the target to verify."""
+    """Drafts up to ``k`` tokens to follow ``context`` for the target to verify, and keeps how deep to draft
+    (its :class:`DepthSchedule`, as transformers' candidate generators keep their number of assistant
+    tokens): :meth:`start` begins a generation, :meth:`next_k` is each round's depth, :meth:`verified`
+    follows each verification."""
+
+    depth: DepthSchedule | None = None
 
     @abstractmethod
     def propose(self, context: Sequence[int], k: int) -> Draft: ...
+
+    def start(self, k: int, k_max: int | None = None) -> None:
+        """A new generation: draft ``k`` tokens in the first drafting round, up to ``k_max`` later on."""
+        self.depth = DepthSchedule(k, max(k, k_max if k_max is not None else k))
+
+    def next_k(self, remaining: int) -> int:
+        """How many tokens to draft this round: the schedule's depth, leaving room for the target's own token
+        within the ``remaining`` ones."""
+        return max(0, min(self.depth.k, remaining - 1)) if self.depth is not None else 0
+
+    def verified(self, context: Sequence[int], drafted: int, n_accepted: int) -> None:
+        """The target kept ``n_accepted`` of the ``drafted`` tokens: the depth follows, then :meth:`update`."""
+        if self.depth is not None:
+            self.depth.update(drafted, n_accepted)
+        self.update(context, n_accepted)
 
     def update(self, context: Sequence[int], n_accepted: int) -> None:
         """The target kept ``n_accepted`` of the last draft; nothing to do by default."""

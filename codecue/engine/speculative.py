@@ -30,30 +30,7 @@ class GenerationParams:
     k: int = 4  # draft depth (the first round's); 0 = target only
     sampling: Sampling = Sampling()  # greedy by default
     stop_strings: tuple[str, ...] = ()
-    k_max: int | None = None  # deepest draft the depth grows to (see DepthSchedule); None: always k
-
-
-@dataclass
-class DepthSchedule:
-    """The draft depth round by round within one generation: 2 deeper after a round whose drafts were all
-    accepted (as transformers' assisted decoding grows it), and after a rejection back to the first
-    round's depth (1 shallower when already there), between 1 and ``k_max``. Code runs in stretches: a
-    repeated block is drafted deep while it lasts, and the round that ends the stretch costs one deep
-    verification, not a slow descent (shrinking by 1 instead was slower than a fixed depth:
-    docs/experiments.md, drafting)."""
-
-    k: int
-    k_max: int
-    grow: int = 2
-
-    def __post_init__(self) -> None:
-        self.start = self.k
-
-    def update(self, drafted: int, accepted: int) -> None:
-        if drafted and accepted == drafted:
-            self.k = min(self.k_max, self.k + self.grow)
-        elif accepted < drafted:
-            self.k = max(1, min(self.k - 1, self.start))
+    k_max: int | None = None  # deepest draft the depth grows to (the proposer's DepthSchedule); None: always k
 
 
 def generate(
@@ -89,7 +66,8 @@ def generate(
     stop_reason = "max_tokens"
     t_first: float | None = None
     fed_before, shifted_before = target.fed_tokens, target.shifted_tokens
-    depth = DepthSchedule(params.k, max(params.k, params.k_max if params.k_max is not None else params.k))
+    if drafting:
+        proposer.start(params.k, params.k_max)
 
     while len(generated) < params.max_new_tokens:
         if cancelled is not None and cancelled():
@@ -99,7 +77,7 @@ def generate(
         # The first token comes from the prompt's own evaluation, never with a draft: the prompt is then fed
         # by the same calls whether and however deep we speculate (feeding prompt and draft together would
         # make its chunks, and so its rounding, depend on the draft's length), as llama.cpp's generator does.
-        k = max(0, min(depth.k, remaining - 1)) if drafting and stats.rounds > 0 else 0
+        k = proposer.next_k(remaining) if drafting and stats.rounds > 0 else 0
         if drafting and stats.rounds == 0:
             proposer.prepare(context)  # the draft reads the prompt now, within the time to first token
         draft = proposer.propose(context, k) if k > 0 else Draft()
@@ -111,8 +89,7 @@ def generate(
 
         stats.record_round(len(draft.tokens), n_accepted, ngram=draft.source == DraftSource.NGRAM)
         if proposer is not None:
-            proposer.update(context, n_accepted)
-        depth.update(len(draft.tokens), n_accepted)
+            proposer.verified(context, len(draft.tokens), n_accepted)
         if on_round is not None and draft.tokens:
             on_round(RoundRecord(len(draft.tokens), n_accepted, k, draft.source))
 
