@@ -51,7 +51,8 @@ def test_bench_points_file_json_and_plot(tmp_path, tmp_path_factory, tiny_dirs, 
     assert "| method" in table and "hf-assisted" in table
     assert data["models"] == {"target": "target", "draft": "target"}
     assert_report_meta(out, "speed", f"codecue bench speed --points {points.name} --target target", tmp_path_factory,
-                       models=dict.fromkeys(("target", "draft", "shipped target"), "target"))  # no peer drafted
+                       # hf-assisted drafts with the configured draft model: its file is named too
+                       models=dict.fromkeys(("target", "draft", "shipped target", "shipped draft"), "target"))
 
 
 def test_bench_bad_points_file_is_a_clear_error(tmp_path, capsys):

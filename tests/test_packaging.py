@@ -10,6 +10,7 @@ server, a segfault made on purpose).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -94,7 +95,7 @@ def test_bench_without_the_lab_says_how_to_install_it(monkeypatch: pytest.Monkey
 
 
 def test_tune_without_the_lab_asks_for_a_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tune.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(Exception, match="pass --corpus DIR"):
         tune.default_corpus()
 

@@ -58,6 +58,8 @@ class Peer:
     make: Callable[[PeerSetting], PeerRun | None]
     #: runs next to every backend of the run, labelled with it; else once, next to the first backend
     every_backend: bool = False
+    #: serves the draft model (the configured one, or a layout made from it): a report names its file
+    drafts_with_model: bool = False
 
 
 class _TimingStreamer:
@@ -200,25 +202,27 @@ SERVER_PEERS: dict[str, Peer] = {
     "server-target": Peer("llama.cpp's llama-server (C++, same sources and CPU class): the target alone",
                           _llama_server("target")),
     "server-draft": Peer("llama-server with the draft model (-md, --spec-type draft-simple, --spec-draft-n-max 16)",
-                         _llama_server("-md draft")),
+                         _llama_server("-md draft"), drafts_with_model=True),
     "server-ngram": Peer("llama-server with its n-gram speculation (--spec-default)", _llama_server("ngram")),
     "server-target-q4_0": Peer("llama-server, the target as CodeCue's Q4_0 layout", _llama_server("target", "q4_0")),
-    "server-draft-q4_0": Peer("llama-server with the draft, both as Q4_0 layouts", _llama_server("-md draft", "q4_0")),
+    "server-draft-q4_0": Peer("llama-server with the draft, both as Q4_0 layouts", _llama_server("-md draft", "q4_0"),
+                              drafts_with_model=True),
     "server-ngram-q4_0": Peer("llama-server n-gram, the target as Q4_0", _llama_server("ngram", "q4_0")),
 }
 
 PEERS: dict[str, Peer] = {
     **SERVER_PEERS,
     "hf-assisted": Peer("transformers' assisted generation (assistant_model=), torch backend", _hf_assisted,
-                        every_backend=True),
+                        every_backend=True, drafts_with_model=True),
     "py-llama-target": Peer("llama-cpp-python, Python loop: greedy target-only (Llama.generate)",
                             _py_llama("py-llama-target")),
     "py-llama-lookup": Peer("llama-cpp-python, Python loop: its prompt-lookup speculative decoding",
                             _py_llama("py-llama-lookup")),
     "py-llama-draft": Peer("llama-cpp-python, Python loop: draft-model speculation re-implemented after "
-                           "llama.cpp's common_speculative", _py_llama("py-llama-draft")),
+                           "llama.cpp's common_speculative", _py_llama("py-llama-draft"), drafts_with_model=True),
     "ov-target": Peer("OpenVINO GenAI's greedy target-only decode (GGUF reader)", _openvino("ov-target")),
-    "ov-draft": Peer("OpenVINO GenAI's speculative decoding, draft re-quantized to Q4_0", _openvino("ov-draft")),
+    "ov-draft": Peer("OpenVINO GenAI's speculative decoding, draft re-quantized to Q4_0", _openvino("ov-draft"),
+                     drafts_with_model=True),
 }
 #: the names the llama-cpp-python peers had before, still accepted (the README's commands, saved runs)
 FORMER_NAMES = {"llama-target": "py-llama-target", "llama-lookup": "py-llama-lookup",

@@ -243,7 +243,7 @@ def print_and_write(args: argparse.Namespace, result: SpeedRun, kind: str,
               "draft": result.served.draft.path if result.served.draft is not None else None,
               "shipped target": result.shipped.target.path,
               "shipped draft": result.shipped.draft.path if result.shipped.draft is not None
-              and any("draft" in label for label in result.labels if label.startswith(("server", "ov"))) else None}
+              and any(PEERS[method].drafts_with_model for method in methods_run(result) if method in PEERS) else None}
     write_report(args.json_out, report_meta(kind, args.typed_argv, served), {
         "title": result.title, "methods": result.labels, "max_tokens": result.max_tokens, "k": result.k,
         "backends": result.backends, "baseline": result.baseline, "elapsed_s": result.elapsed_s,
@@ -277,6 +277,11 @@ def default_method(completer: Completer, plan: Plan | None,
                          s.drafted, s.accepted, s.rounds, note=f"K={depth.start}..{depth.ceiling}")
 
     return run_default
+
+
+def methods_run(result: SpeedRun) -> set[str]:
+    """The methods of a run, without the backend a per-backend label carries (:func:`_labeller`)."""
+    return {label.rpartition(":")[2] for label in result.labels}
 
 
 def _labeller(runtime: str, per_backend: set[str]) -> Callable[[str], str]:

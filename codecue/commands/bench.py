@@ -9,6 +9,7 @@ import argparse
 import importlib
 import importlib.util
 import sys
+from pathlib import Path
 from types import ModuleType
 
 from codecue.errors import CodeCueError
@@ -99,9 +100,14 @@ def _mode_flag_at(argv: list[str], flag: str) -> int | None:
                  or (flag in remote and (arg in remote or argv[i:i + 2] == ["--backend", "remote"]))), None)
 
 
+def lab_folder() -> Path | None:
+    """Where the lab's package is installed, or None (found, not imported: it loads the model runtimes)."""
+    spec = importlib.util.find_spec(LAB_PACKAGE)
+    return Path(spec.origin).parent if spec is not None and spec.origin is not None else None
+
+
 def lab_installed() -> bool:
-    """Whether the lab's package can be imported (found, not imported: it loads the model runtimes)."""
-    return importlib.util.find_spec(LAB_PACKAGE) is not None
+    return lab_folder() is not None
 
 
 def print_help() -> int:

@@ -147,7 +147,9 @@ def run(args: argparse.Namespace) -> int:
         for r in plan.rows]
     report["chosen"] = plan.chosen.label
     report["reason"] = plan.reason
-    report["serves"] = served_files(args)
+    from codecue.tuning.serving import what_serves
+
+    report["serves"] = what_serves(config_from_args(args))
     if args.json:
         print(json.dumps(report))
         return 0
@@ -179,13 +181,3 @@ def run(args: argparse.Namespace) -> int:
     serves = report["serves"]
     print(f"serves     {serves['runtime']}: target {serves['target']}, draft {serves['draft'] or 'none'}")
     return 0
-
-
-def served_files(args: argparse.Namespace) -> dict[str, str | None]:
-    """What the model worker loads for this configuration (its runtime and model files): the plan's choice
-    where the plan applies, else the configured runtimes."""
-    from codecue.tuning.serving import serving_plan, spec_runtime
-
-    spec, _ = serving_plan(config_from_args(args))
-    target, draft = spec.names
-    return {"runtime": spec_runtime(spec), "target": target, "draft": draft}

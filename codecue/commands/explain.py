@@ -77,16 +77,12 @@ def run(args: argparse.Namespace) -> int:
 def served_depth(args: argparse.Namespace, policy, language: str, context_class: str) -> tuple[dict[str, Any], Any]:
     """What a request here is served with, and the K authority's depth for it: ({plan, runtime, target,
     draft}, Depth), or ({"why": ...}, None) when the models cannot be resolved (not pulled yet). The files are
-    the ones the model worker loads for this configuration (:func:`~codecue.tuning.serving.serving_plan`)."""
-    from codecue.tuning.serving import serving_plan, spec_runtime
+    the ones the model worker loads for this configuration (:func:`~codecue.tuning.serving.what_serves`)."""
+    from codecue.tuning.serving import what_serves
 
     try:
-        spec, plan = serving_plan(config_from_args(args))
-        runtime = spec_runtime(spec)
+        served = what_serves(config_from_args(args))
     except CodeCueError as exc:
         return {"why": exc.message}, None
-    target, draft = spec.names
-    served = {"plan": plan.chosen.label if plan is not None else "the configured runtimes (no runtime plan)",
-              "runtime": runtime, "target": target, "draft": draft}
-    policy.serve(runtime, target, draft, draft_model=draft is not None)
+    policy.serve(served["runtime"], served["target"], served["draft"], draft_model=served["draft"] is not None)
     return served, policy.depth_for(language, context_class)

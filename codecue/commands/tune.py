@@ -8,29 +8,27 @@ writes them; several runs, e.g. with other ``--seed`` values, add up) without lo
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from codecue.commands.bench import lab_folder
 from codecue.commands.common import add_model_arguments, config_from_args
 from codecue.errors import CodeCueError
 from codecue.tuning.k_choice import DEFAULT_K_MAX
 
-#: the benchmark lab's tuning corpus (never its held-out set), where the lab is installed from a checkout
-LAB_PACKAGE, LAB_TUNING_CORPUS = "codecue_bench", ("corpus", "tuning")
-
 
 def default_corpus() -> Path:
-    """The lab's tuning corpus; without the lab, the user names a corpus (their own code serves well)."""
-    spec = importlib.util.find_spec(LAB_PACKAGE)  # found, not imported: the product never imports the lab
-    if spec is None or spec.origin is None:
+    """The benchmark lab's tuning corpus (never its held-out set); without the lab, the user names a corpus
+    (their own code serves well)."""
+    lab = lab_folder()
+    if lab is None:
         raise CodeCueError("no corpus to tune on: the benchmark lab's corpus is not installed",
                            "pass --corpus DIR (a folder of your own source files), or from a CodeCue checkout "
                            "pip install -e ./benchmarks")
-    return Path(spec.origin).parent.joinpath(*LAB_TUNING_CORPUS)
+    return lab / "corpus" / "tuning"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -88,13 +88,18 @@ def runtime_plan(resolved: ResolvedConfig) -> Plan | None:
 
 
 def plan_load(resolved: ResolvedConfig) -> LoadSpec:
+    """What serves the resolved configuration (:func:`planned_load`)."""
+    return planned_load(resolved)[0]
+
+
+def planned_load(resolved: ResolvedConfig) -> tuple[LoadSpec, Plan | None]:
     """What serves the resolved configuration: the runtime plan's choice for this machine where the plan
-    applies (:func:`runtime_plan`), else the configured runtimes."""
+    applies (:func:`runtime_plan`), else the configured runtimes; with the plan (None where it does not)."""
     plan = runtime_plan(resolved)
     if plan is None:
-        return configured_load(resolved)
+        return configured_load(resolved), None
     log.info("runtime plan: %s (%s)", plan.chosen.label, plan.reason)
-    return candidate_load(resolved, plan.chosen)
+    return candidate_load(resolved, plan.chosen), plan
 
 
 def check_same_tokenizer(target: Any, draft: Any) -> None:
@@ -130,18 +135,19 @@ class LoadedModels:
 
 
 def plan_config(config: CompletionConfig) -> LoadSpec:
-    """What serves ``config`` here: its models resolved once and planned (:func:`plan_load`)."""
+    """What serves ``config`` here: its models resolved once and planned (:func:`planned_load`)."""
     config.decoding.validate()
-    return plan_load(resolve_config(config))
+    return planned_load(resolve_config(config))[0]
 
 
-def serving_plan(config: CompletionConfig) -> tuple[LoadSpec, Plan | None]:
-    """What :func:`plan_config` loads for ``config``, with the runtime plan that chose it (None where the
-    plan does not apply): what ``codecue explain`` and ``codecue doctor`` show is what the worker loads."""
+def what_serves(config: CompletionConfig) -> dict[str, str | None]:
+    """What the model worker loads for ``config`` (:func:`plan_config`), as ``codecue explain`` and
+    ``codecue doctor`` show it: the plan's choice, the runtime label and the model files."""
     config.decoding.validate()
-    resolved = resolve_config(config)
-    plan = runtime_plan(resolved)
-    return (configured_load(resolved) if plan is None else candidate_load(resolved, plan.chosen)), plan
+    spec, plan = planned_load(resolve_config(config))
+    target, draft = spec.names
+    return {"plan": plan.chosen.label if plan is not None else "the configured runtimes (no runtime plan)",
+            "runtime": spec_runtime(spec), "target": target, "draft": draft}
 
 
 def spec_runtime(spec: LoadSpec) -> str:
