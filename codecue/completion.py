@@ -31,6 +31,7 @@ from codecue.engine.speculative import GenerationParams, generate
 from codecue.engine.stops import StopRule, predicate_for
 from codecue.errors import CodeCueError, ModelError
 from codecue.models.config import DRAFT_MODES, MODEL_DRAFT_MODES, CompletionConfig, DecodingSettings
+from codecue.request import PreparedJob
 from codecue.tuning.machine_costs import MachineCosts
 from codecue.tuning.policy import KPolicy
 from codecue.tuning.serving import LoadedModels, LoadSpec, load_backends, load_models
@@ -154,6 +155,13 @@ class Completer:
         if window is not None:  # most recently sent first
             self._windows = [window, *(size for size in self._windows if size != window)][:HELD_WINDOWS]
         return prompt
+
+    def prompt_for(self, job: PreparedJob, decoding: DecodingSettings | None = None, *, full: bool = False) -> list[int]:
+        """The prompt tokens a prepared job is decoded from under ``decoding`` (None: the completer's
+        settings): what :func:`~codecue.request.complete_job` sends here (``full``: the full prompt, not
+        the window a place the cache does not hold gets first)."""
+        budget = prompt_budget(self._settings(decoding))
+        return self.build_prompt(job.prefix, job.suffix, job.extra_context, path=job.path, full=full, budget=budget)
 
     def uncached(self, prompt: Sequence[int]) -> int:
         """How many tokens of ``prompt`` the target would evaluate (its KV cache holds the rest: the common

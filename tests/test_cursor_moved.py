@@ -280,7 +280,9 @@ class _UntilCancelled:
 
 def test_a_warm_up_gives_way_to_newer_work_ahead_in_the_worker_but_not_a_prefetch():
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import GenerationJob, JobKind, ModelWorker
+    from codecue.request import JobKind
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     completer = _UntilCancelled()
     config = CompletionConfig(ModelChoice("t"))
@@ -293,10 +295,10 @@ def test_a_warm_up_gives_way_to_newer_work_ahead_in_the_worker_but_not_a_prefetc
             time.sleep(0.01)
 
     try:
-        first = GenerationJob(config, "first place", "", background=True, kind=JobKind.WARM)
+        first = make_job(config, "first place", "", background=True, kind=JobKind.WARM)
         worker.submit(first)
         started("first place")
-        second = GenerationJob(config, "second place", "", background=True, kind=JobKind.WARM)
+        second = make_job(config, "second place", "", background=True, kind=JobKind.WARM)
         worker.submit(second)
         started("second place")
         assert first.future.result(timeout=10) is None and first.is_cancelled and not first.warm_complete
@@ -304,11 +306,11 @@ def test_a_warm_up_gives_way_to_newer_work_ahead_in_the_worker_but_not_a_prefetc
 
         # A prefetch (the suggestion after an accepted one, which a request may already wait for) does
         # not wait behind an older warm-up (a refresh can run for 20 s), and a newer warm-up leaves it be.
-        prefetch = GenerationJob(config, "prefetch", "", background=True)
+        prefetch = make_job(config, "prefetch", "", background=True)
         worker.submit(prefetch)
         assert second.future.result(timeout=10) is None and second.is_cancelled
         started("prefetch")
-        third = GenerationJob(config, "third place", "", background=True, kind=JobKind.WARM)
+        third = make_job(config, "third place", "", background=True, kind=JobKind.WARM)
         worker.submit(third)
         assert not prefetch.is_cancelled
         prefetch.cancel()

@@ -64,7 +64,8 @@ def test_avx2_costs_pay_at_no_k_for_the_shipped_profile() -> None:
 @pytest.mark.parametrize(("costs", "expected"), [(None, 0), (AVX2, 0), (CHEAP, "profile")])
 def test_the_server_worker_asks_the_authority_from_the_first_request_on(costs, expected, costs_file,
                                                                        make_completer):
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     completer = make_completer(draft="target")
     record(costs, completer.runtime, *completer.names)
@@ -75,7 +76,7 @@ def test_the_server_worker_asks_the_authority_from_the_first_request_on(costs, e
     try:
         ks = []
         for _ in range(3):  # the first request loads the models; the later ones find them loaded
-            job = GenerationJob(CompletionConfig(ModelChoice("t")), prefix, "\n", language=language,
+            job = make_job(CompletionConfig(ModelChoice("t")), prefix, "\n", language=language,
                                 context_class=context_class, max_tokens=6)
             result = worker.submit(job).result(timeout=120)
             assert result is not None

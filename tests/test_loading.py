@@ -89,7 +89,8 @@ def test_a_load_resolves_each_model_once_and_checks_each_file_once(served, gguf_
 
 
 def test_the_worker_loads_again_only_for_what_loading_depends_on(make_completer):
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     loads: list[CompletionConfig] = []
 
@@ -106,7 +107,7 @@ def test_the_worker_loads_again_only_for_what_loading_depends_on(make_completer)
     worker = ModelWorker(base, factory, idle_unload_s=None, measure_costs=False)
     try:
         def run(config: CompletionConfig):
-            return worker.submit(GenerationJob(config, "def add(a, b):\n    ", "\n", max_tokens=4)).result(60)
+            return worker.submit(make_job(config, "def add(a, b):\n    ", "\n", max_tokens=4)).result(60)
 
         # Decoding settings travel with each request, on the models loaded.
         assert run(with_decoding(k=2)).stats.k == 2

@@ -11,7 +11,8 @@ import pytest
 
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.server.model_process import ModelProcessCrashed, child_process_factory
-from codecue.server.worker import GenerationJob, ModelWorker
+from codecue.server.worker import ModelWorker
+from harness.jobs import make_job
 from harness.paced_server import SEGFAULT_MARKER_ENV
 from harness.runtimes import need_llama_cpp
 
@@ -32,16 +33,16 @@ def segfaulting_worker(tiny_dirs, monkeypatch):
 def test_a_segfault_in_the_model_process_fails_one_job_and_the_next_is_served(segfaulting_worker):
     worker, choice = segfaulting_worker
     texts: list[str] = []
-    first = worker.submit(GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=6, on_text=texts.append))
+    first = worker.submit(make_job(choice, "def add(a, b):\n    ", "\n", max_tokens=6, on_text=texts.append))
     first_result = first.result(timeout=120)
     assert first_result.stats.new_tokens > 0 and texts  # streamed through the pipe
     pid_before = worker.completer.pid
 
-    crashed = worker.submit(GenerationJob(choice, f"# {MARKER}\nx = ", "\n", max_tokens=6))
+    crashed = worker.submit(make_job(choice, f"# {MARKER}\nx = ", "\n", max_tokens=6))
     with pytest.raises(ModelProcessCrashed, match="SIGSEGV"):
         crashed.result(timeout=120)
 
-    after = worker.submit(GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=6))
+    after = worker.submit(make_job(choice, "def add(a, b):\n    ", "\n", max_tokens=6))
     result = after.result(timeout=120)
     assert result.text == first_result.text  # the new process computes what the old one did
     assert worker.loads == 2 and worker.completer.pid != pid_before
@@ -52,13 +53,13 @@ def test_the_stop_rule_and_cancellation_reach_the_model_process(segfaulting_work
     from harness.paced_server import CutAt
 
     worker, choice = segfaulting_worker
-    whole = worker.submit(GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=32)).result(timeout=120)
-    job = GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=32, stop_rule=StopRule(CutAt(3)))
+    whole = worker.submit(make_job(choice, "def add(a, b):\n    ", "\n", max_tokens=32)).result(timeout=120)
+    job = make_job(choice, "def add(a, b):\n    ", "\n", max_tokens=32, stop_rule=StopRule(CutAt(3)))
     result = worker.submit(job).result(timeout=120)
     assert result.stop_reason == "stop" and len(result.text) <= 3
     assert whole.stats.new_tokens > result.stats.new_tokens
 
-    job = GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=32)
+    job = make_job(choice, "def add(a, b):\n    ", "\n", max_tokens=32)
     job.cancel()
     job.rounds_at_cancel = None  # cancelled before it ran: the worker must not even start it
     assert worker.submit(job).result(timeout=120) is None

@@ -16,6 +16,7 @@ from codecue.errors import ModelError
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.server.model_process import CompleterProcess, child_process_factory
 from codecue.server.worker import GenerationJob, ModelWorker, load_completer
+from harness.jobs import make_job
 from harness.paced_server import FORWARD_DELAY_ENV, HANG_FILE_ENV
 from harness.server import server_env
 
@@ -61,7 +62,7 @@ def cursor_job(choice: CompletionConfig, **kwargs: Any) -> GenerationJob:
     offset = sum(len(line) + 1 for line in lines[: CURSOR[0]]) + CURSOR[1]
     prefix, suffix = DOCUMENT[:offset], DOCUMENT[offset:]
     rule = StopRule.at_cursor(ScopeStop.of(analyze(DOCUMENT, "python", *CURSOR)), prefix, suffix)
-    return GenerationJob(choice, prefix, suffix, stop_rule=rule, language="python", **kwargs)
+    return make_job(choice, prefix, suffix, stop_rule=rule, language="python", **kwargs)
 
 
 def test_a_generation_in_the_model_process_sends_only_notices_up(tiny_dirs):
@@ -145,7 +146,7 @@ def test_a_cancel_stops_the_model_process_within_one_round(tiny_dirs, hang_file)
                 touched.append(text)
                 hang_file.touch()
 
-        job = GenerationJob(choice, "def add(a, b):\n    ", "\n", max_tokens=400, on_text=block_once)
+        job = make_job(choice, "def add(a, b):\n    ", "\n", max_tokens=400, on_text=block_once)
         future = worker.submit(job)
         wait_for(hang_file.exists)
         time.sleep(1.0)  # the child is blocked now
@@ -313,7 +314,9 @@ from codecue.context import ScopeStop, analyze
 from codecue.engine.stops import StopRule
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
 from codecue.server.model_process import child_process_factory
-from codecue.server.worker import GenerationJob, JobKind, ModelWorker
+from harness.jobs import make_job
+from codecue.request import JobKind
+from codecue.server.worker import ModelWorker
 
 choice = CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[1], backend="torch", dtype="float32"),
                           DecodingSettings(draft_mode="hybrid", k=3))
@@ -324,8 +327,8 @@ rule = StopRule.at_cursor(ScopeStop.of(analyze(document, "python", line, column)
 worker = ModelWorker(choice, child_process_factory(), idle_unload_s=None, measure_costs=False)
 texts, records = [], []
 try:
-    worker.submit(GenerationJob(choice, prefix, suffix, kind=JobKind.WARM, background=True)).result(timeout=120)
-    job = GenerationJob(choice, prefix, suffix, stop_rule=rule, language="python", max_tokens=24,
+    worker.submit(make_job(choice, prefix, suffix, kind=JobKind.WARM, background=True)).result(timeout=120)
+    job = make_job(choice, prefix, suffix, stop_rule=rule, language="python", max_tokens=24,
                         on_text=texts.append, on_round=records.append)
     result = worker.submit(job).result(timeout=120)
 finally:
@@ -341,6 +344,6 @@ def test_a_server_whose_models_live_in_a_model_process_never_imports_torch(tiny_
     import subprocess
 
     done = subprocess.run([sys.executable, "-c", SERVER_WITHOUT_TORCH, str(tiny_dirs["target"]), DOCUMENT,
-                           *map(str, CURSOR)], capture_output=True, text=True, timeout=300)
+                           *map(str, CURSOR)], capture_output=True, text=True, timeout=300, env=server_env())
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "True", "True", "False"]

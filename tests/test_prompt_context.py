@@ -12,7 +12,7 @@ import torch
 
 from codecue.backends.kv_cache import CachedSequence
 from codecue.context.chunks import ChunkPool, query_around
-from codecue.engine.fim import FILE_SEP, PromptBudget, build_fim_prompt, build_fim_text
+from codecue.engine.fim import FILE_SEP, MIDDLE_LINES, PromptBudget, build_fim_prompt, build_fim_text
 from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion, whole_lines
 
 
@@ -79,13 +79,33 @@ def test_plain_psm_reevaluates_the_suffix_on_every_keystroke(tiny_tokenizer):
     assert fed > 100
 
 
-def test_psm_mid_puts_the_cursor_line_after_the_middle_token(tiny_tokenizer):
-    text = build_fim_text(tiny_tokenizer, "def f(x):\n    return x +", "\nprint(f(1))\n", PromptBudget(layout="psm-mid"))
-    assert text == "<|fim_prefix|>def f(x):\n<|fim_suffix|>\nprint(f(1))\n<|fim_middle|>    return x +"
-    # Only indentation on the cursor's line: it stays in the prefix (after <|fim_middle|> the model would
-    # add a space of its own).
-    text = build_fim_text(tiny_tokenizer, "def f(x):\n    ", "\nprint(f(1))\n", PromptBudget(layout="psm-mid"))
-    assert text == "<|fim_prefix|>def f(x):\n    <|fim_suffix|>\nprint(f(1))\n<|fim_middle|>"
+def test_psm_mid_puts_the_paragraph_so_far_after_the_middle_token(tiny_tokenizer):
+    budget = PromptBudget(layout="psm-mid")
+    text = build_fim_text(tiny_tokenizer, "import os\n\ndef f(x):\n    return x +", "\nprint(f(1))\n", budget)
+    assert text == "<|fim_prefix|>import os\n\n<|fim_suffix|>\nprint(f(1))\n<|fim_middle|>def f(x):\n    return x +"
+    # The paragraph's first line keeps its indentation in the prefix: the prompt is the same while that
+    # line holds only indentation (then it is PSM: after <|fim_middle|> the model would add a space of its
+    # own) and once it has code.
+    text = build_fim_text(tiny_tokenizer, "import os\n\n    ", "\nprint(f(1))\n", budget)
+    assert text == "<|fim_prefix|>import os\n\n    <|fim_suffix|>\nprint(f(1))\n<|fim_middle|>"
+    text = build_fim_text(tiny_tokenizer, "import os\n\n    y", "\nprint(f(1))\n", budget)
+    assert text == "<|fim_prefix|>import os\n\n    <|fim_suffix|>\nprint(f(1))\n<|fim_middle|>y"
+
+
+def test_a_line_enter_and_the_next_lines_first_key_extend_one_prompt(tiny_tokenizer):
+    """The first key after Enter evaluates only what was typed: its prompt extends the line end's."""
+    budget = PromptBudget(layout="psm-mid")
+    suffix = "\n\nprint(f(1))\n"
+    at_line_end = build_fim_prompt(tiny_tokenizer, "import os\n\ndef f(x):\n    y = x * 2", suffix, budget)
+    first_key = build_fim_prompt(tiny_tokenizer, "import os\n\ndef f(x):\n    y = x * 2\n    r", suffix, budget)
+    assert first_key[: len(at_line_end)] == at_line_end
+    assert len(first_key) - len(at_line_end) <= 3  # the newline, the indentation and the key
+    # The middle holds at most MIDDLE_LINES lines: in a long paragraph the suffix is evaluated again once
+    # in that many lines, not at every one.
+    lines = [f"v{i} = {i}" for i in range(MIDDLE_LINES + 2)]
+    starts = {build_fim_text(tiny_tokenizer, "\n".join(lines[: n + 1]), suffix, budget).split("<|fim_middle|>")[1]
+              .split("\n")[0] for n in range(len(lines))}
+    assert starts == {"v0 = 0", f"v{MIDDLE_LINES} = {MIDDLE_LINES}"}
 
 
 def test_unknown_layout_is_a_clear_error():
@@ -236,17 +256,18 @@ class SlowCompleter:
 
 def test_a_real_request_cancels_the_prefetch_running_ahead_of_it():
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     completer = SlowCompleter()
     config = CompletionConfig(ModelChoice("t"))
     worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None)
     try:
-        ahead = GenerationJob(config, "slow prefetch", "", background=True)
+        ahead = make_job(config, "slow prefetch", "", background=True)
         ahead_future = worker.submit(ahead)
         assert completer.running.wait(10)
         started = time.monotonic()
-        real = worker.submit(GenerationJob(config, "real request", ""))
+        real = worker.submit(make_job(config, "real request", ""))
         assert real.result(timeout=10).text == "done"
         assert time.monotonic() - started < 5  # it did not wait for the prefetch's 10 s
         assert ahead.is_cancelled and ahead_future.result(timeout=10).stop_reason == "cancelled"
@@ -256,17 +277,19 @@ def test_a_real_request_cancels_the_prefetch_running_ahead_of_it():
 
 def test_queued_work_ahead_is_dropped_for_a_real_request_and_warming_is_cancelled():
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import GenerationJob, JobKind, ModelWorker
+    from codecue.request import JobKind
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     completer = SlowCompleter()
     config = CompletionConfig(ModelChoice("t"))
     worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None)
     try:
-        warm = worker.submit(GenerationJob(config, "w", "", background=True, kind=JobKind.WARM))
+        warm = worker.submit(make_job(config, "w", "", background=True, kind=JobKind.WARM))
         assert completer.running.wait(10)
-        queued = GenerationJob(config, "slow queued prefetch", "", background=True)
+        queued = make_job(config, "slow queued prefetch", "", background=True)
         queued_future = worker.submit(queued)
-        real = worker.submit(GenerationJob(config, "real", ""))
+        real = worker.submit(make_job(config, "real", ""))
         assert real.result(timeout=10).text == "done"
         assert warm.result(timeout=10) is None and queued_future.result(timeout=1) is None
         assert completer.started == ["warm", "real"]  # the queued prefetch never ran
@@ -392,26 +415,33 @@ def test_no_limit_before_the_prefill_speed_is_known_and_it_is_learned(make_compl
 
 def test_the_worker_warms_the_full_prompt_when_idle_and_a_request_cancels_it(monkeypatch):
     from codecue.models.config import CompletionConfig, ModelChoice
+    from codecue.request import JobKind
     from codecue.server import worker as worker_module
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     monkeypatch.setattr(worker_module, "REFINE_AFTER_S", 0.2)
     completer = SlowCompleter()
     config = CompletionConfig(ModelChoice("t"))
     worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None)
+
+    def request(place: str):  # with the server's work ahead: the place's full prompt, fresh, when idle
+        full = make_job(config, place, "", kind=JobKind.WARM, background=True, warm_fresh=True)
+        return make_job(config, place, "", when_idle=full)
+
     try:
-        assert worker.submit(GenerationJob(config, "first place", "")).result(timeout=10)
+        assert worker.submit(request("first place")).result(timeout=10)
         deadline = time.monotonic() + 10
         while len(completer.started) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         # idle: the same place's full prompt, and what its cache kept by shifting evaluated again
         assert completer.started == ["first place", "warm fresh"]
         started = time.monotonic()
-        assert worker.submit(GenerationJob(config, "next", "")).result(timeout=10).text == "done"
+        assert worker.submit(request("next")).result(timeout=10).text == "done"
         assert time.monotonic() - started < 5  # the warm-up (10 s unless cancelled) gave way at once
         completer.running.clear()
         assert completer.running.wait(10) and completer.started[-1] == "warm fresh"  # after "next" too
-        worker.submit(GenerationJob(config, "without work ahead", "", warm_after=False)).result(timeout=10)
+        worker.submit(make_job(config, "without work ahead", "")).result(timeout=10)
         time.sleep(1.0)  # five times the idle wait: nothing follows a request that asks for no work ahead
         assert completer.started[-1] == "without work ahead"
     finally:

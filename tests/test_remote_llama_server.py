@@ -23,11 +23,10 @@ import pytest
 
 from codecue.backends.remote import RemoteSettings
 from codecue.document import split_at
-from codecue.engine.fim import PromptBudget, build_fim_text
+from codecue.engine.fim import PromptBudget, build_fim_text, stable_prefix
 from codecue.engine.postprocess import tidy_completion
 from codecue.remote_completion import request_body
 from codecue.server.context_hooks import blank_line_stop
-from codecue.server.prompt import stable_prefix
 from harness.lsp import item_text
 from harness.remote import free_port, start_remote_server, write_config
 from harness.runtimes import need

@@ -151,14 +151,15 @@ def test_plan_never_loads_a_draft_that_cannot_pay(costs_file, pair):
 
 def test_the_server_measures_costs_in_idle_time_and_the_policy_uses_them(make_completer, costs_file):
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     completer = make_completer()
     config = CompletionConfig(ModelChoice("t"))
     worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None)
     try:
         assert load_machine_costs("torch", *completer.names) is None
-        worker.submit(GenerationJob(config, "def add(a, b):\n    ", "\n", max_tokens=4)).result(60)
+        worker.submit(make_job(config, "def add(a, b):\n    ", "\n", max_tokens=4)).result(60)
         deadline = time.monotonic() + 120
         while worker.machine_costs is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -167,7 +168,7 @@ def test_the_server_measures_costs_in_idle_time_and_the_policy_uses_them(make_co
         policy = worker.k_policy
         assert policy.runtime == "torch" and policy.costs == worker.machine_costs.costs
         # The caches still hold the completion's prompt: the next keystroke reuses it.
-        again = worker.submit(GenerationJob(config, "def add(a, b):\n    ", "\n", max_tokens=4))
+        again = worker.submit(make_job(config, "def add(a, b):\n    ", "\n", max_tokens=4))
         assert again.result(60).stats.prefilled_tokens <= 2
     finally:
         worker.shutdown(timeout=10)

@@ -14,14 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codecue.document import Document, PositionError, split_at, typed_since, utf16_length, utf16_to_index
-from codecue.engine.fim import PromptBudget
+from codecue.engine.fim import PromptBudget, stable_prefix
 from codecue.engine.postprocess import tidy_completion
 from codecue.errors import CodeCueError
+from codecue.request import CompletionRequest
 from codecue.server.context_hooks import blank_line_stop
 from codecue.server.framing import FrameTooLarge, encode_frame, read_frame
-from codecue.server.inline_completion import CompletionRequest, make_items, still_valid
+from codecue.server.inline_completion import make_items, still_valid
 from codecue.server.options import ModelOptions, ServerOptions, parse_options
-from codecue.server.prompt import stable_prefix
 from codecue.server.transport import parse_host_port
 from harness.wait import until
 
@@ -188,7 +188,7 @@ def test_typed_since():
 
 
 def _request(prefix: str, suffix: str) -> CompletionRequest:
-    return CompletionRequest(1, "file:///x", 1, 0, len(prefix), prefix, suffix, "python")
+    return CompletionRequest("file:///x", 1, 0, len(prefix), prefix, suffix, "python", request_id=1)
 
 
 def test_still_valid():
@@ -341,7 +341,8 @@ def test_tcp_accepts_loopback():
 
 def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer):
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     completer = make_completer()
     loads = []
@@ -353,9 +354,9 @@ def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer)
     config = CompletionConfig(ModelChoice("t"))
     worker = ModelWorker(config, factory, idle_unload_s=None)
     gate = threading.Event()
-    first = GenerationJob(config, "def add(a, b):\n    ", "\n", max_tokens=4, on_text=lambda text: gate.wait(5))
-    skipped = GenerationJob(config, "x", "", max_tokens=4)
-    last = GenerationJob(config, "import os\n", "", max_tokens=4)
+    first = make_job(config, "def add(a, b):\n    ", "\n", max_tokens=4, on_text=lambda text: gate.wait(5))
+    skipped = make_job(config, "x", "", max_tokens=4)
+    last = make_job(config, "import os\n", "", max_tokens=4)
     futures = [worker.submit(job) for job in (first, skipped, last)]
     skipped.cancel()
     gate.set()
@@ -394,14 +395,15 @@ def test_worker_feeds_the_k_policy_joined_rounds(make_completer):
 
     from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server.context_hooks import ContextHooks, CursorInfo
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import ModelWorker
     from codecue.tuning import KPolicy, PolicySettings
+    from harness.jobs import make_job
 
     policy = KPolicy(settings=PolicySettings(min_rounds=1))
     completer = make_completer(draft="target", draft_mode="model")  # every draft accepted: whole caps
     config = CompletionConfig(ModelChoice("t"), replace(completer.decoding, k=3))
     worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None, k_policy=policy)
-    job = GenerationJob(config, "def add(a, b):\n    ", "\n", max_tokens=12,
+    job = make_job(config, "def add(a, b):\n    ", "\n", max_tokens=12,
                         on_round=ContextHooks(worker.k_policy).observer(CursorInfo("python", "block_start")))
     result = worker.submit(job).result(timeout=60)
     worker.shutdown()
@@ -414,7 +416,8 @@ def test_worker_feeds_the_k_policy_joined_rounds(make_completer):
 
 def test_worker_reports_load_errors_on_the_job_and_keeps_running():
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     def factory(choice):
         raise CodeCueError(f"model {choice.models.target} not found", "pull it")
@@ -422,7 +425,7 @@ def test_worker_reports_load_errors_on_the_job_and_keeps_running():
     config = CompletionConfig(ModelChoice("missing"))
     worker = ModelWorker(config, factory, idle_unload_s=None)
     for _ in range(2):
-        future = worker.submit(GenerationJob(config, "x", ""))
+        future = worker.submit(make_job(config, "x", ""))
         with pytest.raises(CodeCueError, match="not found"):
             future.result(timeout=10)
     worker.shutdown()
@@ -430,16 +433,17 @@ def test_worker_reports_load_errors_on_the_job_and_keeps_running():
 
 def test_worker_flood_drops_the_oldest_waiting_jobs(make_completer):
     from codecue.models.config import CompletionConfig
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     completer = make_completer()
     worker = ModelWorker(CompletionConfig(), lambda c: completer, idle_unload_s=None, max_pending=3)
     gate = threading.Event()
-    blocker = GenerationJob(CompletionConfig(), "a", "", max_tokens=2, on_text=lambda t: gate.wait(5))
+    blocker = make_job(CompletionConfig(), "a", "", max_tokens=2, on_text=lambda t: gate.wait(5))
     worker.submit(blocker)
     while worker.status()["busy"] is False and not blocker.future.done():
         threading.Event().wait(0.01)
-    jobs = [GenerationJob(CompletionConfig(), f"x{i}", "", max_tokens=2) for i in range(6)]
+    jobs = [make_job(CompletionConfig(), f"x{i}", "", max_tokens=2) for i in range(6)]
     futures = [worker.submit(job) for job in jobs]
     gate.set()
     results = [f.result(timeout=30) for f in futures]
@@ -450,11 +454,12 @@ def test_worker_flood_drops_the_oldest_waiting_jobs(make_completer):
 
 def test_worker_idle_timeout_unloads(make_completer):
     from codecue.models.config import CompletionConfig
-    from codecue.server.worker import GenerationJob, ModelWorker
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
 
     completer = make_completer()
     worker = ModelWorker(CompletionConfig(), lambda c: completer, idle_unload_s=0.2)
-    worker.submit(GenerationJob(CompletionConfig(), "a", "", max_tokens=2)).result(timeout=30)
+    worker.submit(make_job(CompletionConfig(), "a", "", max_tokens=2)).result(timeout=30)
     for _ in range(200):
         if not worker.status()["modelsLoaded"]:
             break
@@ -466,9 +471,9 @@ def test_worker_idle_timeout_unloads(make_completer):
 
 def test_rounds_after_cancel_counts_the_round_in_progress():
     from codecue.models.config import CompletionConfig
-    from codecue.server.worker import GenerationJob
+    from harness.jobs import make_job
 
-    job = GenerationJob(CompletionConfig(), "a", "")
+    job = make_job(CompletionConfig(), "a", "")
     for _ in range(3):
         assert not job.poll_cancelled()
     job.cancel()  # during round 3

@@ -15,6 +15,7 @@ import tempfile
 
 import pytest
 
+from codecue.server.worker import GenerationJob
 from harness.lsp import LspClient, item_text
 from harness.server import (
     DOC,
@@ -32,7 +33,6 @@ from harness.server import (
 from harness.wait import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
 
 # -- a hung backend call: the watchdog ------------------------------------------------------------------
 
@@ -137,15 +137,15 @@ def _learned_policy(make_completer):
 
     from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.server.context_hooks import ContextHooks, CursorInfo
-    from codecue.server.worker import GenerationJob
     from codecue.tuning import KPolicy, PolicySettings
+    from harness.jobs import make_job
 
     policy = KPolicy(settings=PolicySettings(min_rounds=1))
     completer = make_completer(draft="target", draft_mode="model")
     config = CompletionConfig(ModelChoice("t"), replace(completer.decoding, k=3))
 
     def job() -> GenerationJob:
-        return GenerationJob(config, "def add(a, b):\n    ", "\n", max_tokens=8,
+        return make_job(config, "def add(a, b):\n    ", "\n", max_tokens=8,
                              on_round=ContextHooks(policy).observer(CursorInfo("python", "block_start")))
 
     return policy, completer, job

@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from codecue.backends.kv_cache import common_prefix_length
-from codecue.engine.fim import LAYOUTS, PromptBudget, build_fim_prompt, choose_prompt
+from codecue.engine.fim import LAYOUTS, PromptBudget, build_fim_prompt, choose_prompt, stable_prefix
 from codecue.models.resolve import resolve_model
 from codecue.models.tokenizer import load_tokenizer
-from codecue.server.prompt import stable_prefix
 from codecue_bench.replay import choose_stretch, enter_lines
 from codecue_bench.report import format_prompt_costs, report_meta, report_path, write_report
 

@@ -56,10 +56,9 @@ from codecue.engine.fim import (
     shorter_budgets,
 )
 from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion
-from codecue.engine.stops import StopRule
 from codecue.errors import CodeCueError
 from codecue.models.flags import add_model_arguments, config_from_args
-from codecue.server.context_hooks import ContextHooks
+from codecue.request import CompletionRequest, PreparedJob, RequestOptions, cursor_in, prepare
 from codecue.server.prompt import project_context, uri_to_path
 from codecue_bench.llama_server import LlamaServer
 from codecue_bench.llamavim import (
@@ -305,6 +304,9 @@ def variants(first_tokens: int = FIRST_TOKENS) -> dict[str, Callable[[Any, Quali
     return out
 
 
+#: the variant an editor is shown once idle time warmed the place: the server's own prompt (its layout and
+#: budget, chunks of the project's other files open), built by the completer from the prepared job
+SERVER_VARIANT = "psm-mid/chunks"
 #: the llama.vim-shaped prompt on CodeCue's backend; ``llama.vim`` was its name before the peer came
 CODECUE_LLAMA_VIM = "codecue/llama.vim"
 FORMER_VARIANTS = {"llama.vim": CODECUE_LLAMA_VIM}
@@ -461,16 +463,24 @@ def score(point: QualityPoint, variant: str, raw: str, stop_reason: str, prompt_
     )
 
 
-def stop_for(point: QualityPoint) -> StopRule:
-    """The syntax-aware stop the server would use at this point (tree-sitter), else a blank line; not the
-    server's stop at a repetition of the suffix, which the scores count (``repeats_suffix``)."""
-    hooks = ContextHooks()
-    uri = f"file:///{point.name}"
+def point_job(point: QualityPoint, max_tokens: int, extra_context: Sequence[tuple[str, str]] = ()) -> PreparedJob:
+    """The job an editor's request at the point makes (:func:`codecue.request.prepare`, as the server
+    prepares it), with ``extra_context`` as the other files' chunks: its stop is every variant's."""
     text = point.prefix + point.suffix
-    hooks.opened(uri, point.language, text)
     line = point.prefix.count("\n")
     character = len(point.prefix) - point.prefix.rfind("\n") - 1
-    return StopRule.at_cursor(hooks.scope_stop(hooks.cursor(uri, point.language, line, character)))
+    request = CompletionRequest(f"file:///{point.project}/{point.path}", 0, line, character, point.prefix,
+                                point.suffix, point.language, RequestOptions(max_tokens=max_tokens))
+    return prepare(request, cursor_in(text, point.path, line, character, point.language),
+                   extra_context=extra_context)
+
+
+def server_prompt(completer: Completer, point: QualityPoint, max_tokens: int) -> tuple[list[int], PreparedJob]:
+    """The :data:`SERVER_VARIANT`'s prompt: the full prompt of the server's request at the point with the
+    project's other files open (``Completer.prompt_for``, as the server sends it once idle time warmed the
+    place), and its job."""
+    job = point_job(point, max_tokens, chunk_context(point, completer.budget))
+    return completer.prompt_for(job, full=True), job
 
 
 def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max_tokens: int = 32,
@@ -492,7 +502,7 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
         known = [*table, *PEER_VARIANTS]
         raise CodeCueError(f"unknown quality variant(s) {unknown}",
                            f"choose from {', '.join(known)} (a /first variant may take @TOKENS)")
-    stops = {p.name: stop_for(p) for p in points}
+    stops = {p.name: point_job(p, max_tokens).stop_rule for p in points}
     records = []
     for name in names:
         build = table.get(name)
@@ -501,8 +511,11 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
                 record = peers[name](point)
             else:
                 assert build is not None and completer is not None
-                text = build(completer.tokenizer, point)
-                ids = completer.tokenizer.encode(text, add_special_tokens=False)
+                if name == SERVER_VARIANT:
+                    ids = server_prompt(completer, point, max_tokens)[0]
+                else:
+                    text = build(completer.tokenizer, point)
+                    ids = completer.tokenizer.encode(text, add_special_tokens=False)
                 if "/first" not in name:
                     completer.warm(ids, fresh=True)
                 t0 = time.perf_counter()

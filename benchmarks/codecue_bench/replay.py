@@ -85,6 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jump-pause-ms", type=float, default=JUMP_PAUSE_MS,
                         help="the pause after a jump before Enter at a new place (the server warms the place in it)")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--line-flow", type=int, default=0, metavar="PLACES",
+                        help="instead: at PLACES lines, type the line's last 10 characters, rest --rest-ms, press "
+                             "Enter, type the next key (the line's successor removed); times Enter and that key")
+    parser.add_argument("--rest-ms", type=float, default=1000.0, help="--line-flow: the rest at the line's end")
     parser.add_argument("--llama-vim", action="store_true",
                         help="then the same keystrokes, pacing and Enter places against llama-server through llama.vim's "
                              "client (llama-server/llama.vim, --cache-reuse 256), side by side (needs llama-server "
@@ -99,6 +103,13 @@ def run(args: argparse.Namespace) -> int:
     peer on the same events (:func:`run_llama_vim_peer`)."""
     config = config_from_args(args)
     meta = report_meta("replay", args.typed_argv, planned_models(config, peer=args.llama_vim))
+    if args.line_flow:
+        with contextlib.closing(load_models(config)) as models:
+            flow = run_line_flow(args.file, models, places=args.line_flow, interval_ms=args.interval_ms,
+                                 rest_ms=args.rest_ms, max_tokens=args.max_tokens)
+        print(json.dumps({k: v for k, v in flow.items() if k != "per_place"}, indent=1))
+        write_report(args.json_out, meta, {"line_flow": flow})
+        return 0
     if args.llama_vim:
         llama_vim_target(config)  # fail before the long part when the peer cannot run
     if args.layouts:
@@ -456,6 +467,106 @@ async def _enter_replay(completer: Models, text: str, uri: str, language_id: str
             "prefilled_tokens": [g["prefilledTokens"] for g in generations],
             "prompt_tokens": [g["promptTokens"] for g in generations],
             "per_place": [{"line": k.index, "first_text_ms": k.first_text_ms(), "text": k.final_text} for k in keys]}
+
+
+async def _line_flow(completer: Models, text: str, uri: str, language_id: str, *, places: int, typed_keys: int,
+                     interval_s: float, rest_s: float, max_tokens: int, timeout_s: float) -> dict[str, Any]:
+    """Type a line's end, rest, press Enter, type the next key, at ``places`` lines of the file, each in the
+    file as it is with that line's successor removed: the cursor moves to the line (``codecue/cursorMoved``,
+    as the clients send it) ``typed_keys`` characters before its end, they are typed ``interval_s`` apart
+    with a request per key, the user rests ``rest_s`` at the line's end, presses Enter (the next line's
+    indentation inserted with the newline, as editors do) and, once a suggestion shows or the request
+    ends, types the removed line's first character ``interval_s`` later. Times Enter and that key to their
+    first text, and checks the line shown at Enter against the removed one."""
+    enters: list[Keystroke] = []
+    nexts: list[Keystroke] = []
+    per_place: list[dict[str, Any]] = []
+    async with _session(completer, max_tokens) as (server, client):
+        client.notify("initialized", {})
+        _, warm = client.request("textDocument/inlineCompletion", {  # load the models (not measured)
+            "textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}, "context": {"triggerKind": 1}})
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language_id,
+                                                                "version": 1, "text": text}})
+        await asyncio.wait_for(warm, 3600)
+        client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+        lines = text.split("\n")
+        for i, line_no in enumerate(sorted(enter_lines(text, places))):
+            place_uri = f"{uri[:-len(Path(uri).suffix) or None]}.place{i}{Path(uri).suffix}"
+            line, removed = lines[line_no], lines[line_no + 1]
+            cut = max(len(line) - len(line.lstrip()), len(line) - typed_keys)
+            doc = "\n".join([*lines[:line_no], line[:cut], *lines[line_no + 2:]])
+            client.notify("textDocument/didOpen", {"textDocument": {"uri": place_uri, "languageId": language_id,
+                                                                    "version": 1, "text": doc}})
+            client.notify(CURSOR_MOVED, {"textDocument": {"uri": place_uri},
+                                         "position": {"line": line_no, "character": utf16_length(line[:cut])}})
+            await asyncio.sleep(rest_s)
+            version = 1
+            for n, ch in enumerate(line[cut:], cut):
+                version += 1
+                await _type(client, place_uri, version, line_no, utf16_length(line[:n]), ch)
+                await asyncio.sleep(interval_s)
+            await asyncio.sleep(max(0.0, rest_s - interval_s))
+            indent = removed[: len(removed) - len(removed.lstrip())]
+            version += 1
+            enter = await _type(client, place_uri, version, line_no, utf16_length(line), "\n" + indent,
+                                at=(line_no + 1, utf16_length(indent)), gap_s=interval_s)
+            await _answered(client, enter, timeout_s)
+            await asyncio.sleep(interval_s)
+            version += 1
+            next_key = await _type(client, place_uri, version, line_no + 1, utf16_length(indent),
+                                   removed.lstrip()[:1] or " ", gap_s=interval_s)
+            await _answered(client, next_key, timeout_s)
+            enters.append(enter)
+            nexts.append(next_key)
+            shown = (enter.shown_text or "").split("\n", 1)[0].rstrip()
+            per_place.append({"line": line_no, "enter_ms": enter.first_text_ms(),
+                              "next_key_ms": next_key.first_text_ms(), "shown": enter.shown_text,
+                              "removed": removed.strip(), "exact": shown == removed.strip()})
+            client.notify("textDocument/didClose", {"textDocument": {"uri": place_uri}})
+        session = server.stats.snapshot()["session"]
+    return {"places": len(enters), "typed_keys": typed_keys, "interval_ms": interval_s * 1e3, "rest_ms": rest_s * 1e3,
+            "enter_first_text_ms": summarize([k.first_text_ms() for k in enters]),
+            "next_key_first_text_ms": summarize([k.first_text_ms() for k in nexts]),
+            "enter_exact": sum(p["exact"] for p in per_place),
+            "next_lines_prepared": session["nextLinesPrepared"], "next_line_served": session["nextLineServed"],
+            "per_place": per_place}
+
+
+async def _answered(client: _Client, key: Keystroke, timeout_s: float) -> None:
+    pending = client.responses.get(key.request_id)
+    if pending is not None:
+        await asyncio.wait([pending], timeout=timeout_s)
+
+
+async def _type(client: _Client, uri: str, version: int, line: int, character: int, text: str, *,
+                at: tuple[int, int] | None = None, gap_s: float = 0.0) -> Keystroke:
+    """One keystroke (or Enter with its indentation) at (line, character), and its completion request at
+    ``at`` (default: right after a one-line insert)."""
+    start = {"line": line, "character": character}
+    client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                             "contentChanges": [{"range": {"start": start, "end": start},
+                                                                 "text": text}]})
+    line_at, character_at = at or (line, character + utf16_length(text))
+    msg_id, _ = client.request("textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri}, "position": {"line": line_at, "character": character_at},
+        "context": {"triggerKind": 2}})
+    key = Keystroke(version, text, msg_id, time.perf_counter(), gap_s)
+    client.by_id[msg_id] = key
+    return key
+
+
+def run_line_flow(file: str | Path, completer: Models, *, places: int = 8, typed_keys: int = 10,
+                  interval_ms: float = 150.0, rest_ms: float = 1000.0, max_tokens: int = 32,
+                  timeout_s: float = 120.0) -> dict[str, Any]:
+    """Type a line, rest, Enter, the next key (see :func:`_line_flow`), on loaded models."""
+    path = Path(file)
+    text = _read(path)
+    language_id = LANGUAGE_IDS.get(path.suffix, "plaintext")
+    report = asyncio.run(_line_flow(completer, text, path.resolve().as_uri(), language_id, places=places,
+                                    typed_keys=typed_keys, interval_s=interval_ms / 1e3, rest_s=rest_ms / 1e3,
+                                    max_tokens=max_tokens, timeout_s=timeout_s))
+    report.update({"file": report_path(path), "lines": text.count("\n") + 1, "layout": completer.budget.layout})
+    return report
 
 
 def enter_lines(text: str, places: int) -> list[int]:

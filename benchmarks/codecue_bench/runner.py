@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codecue.context.documents import DocumentTrees
-from codecue.context.languages import language_for_path
+from codecue.request import CompletionRequest, PreparedJob, RequestOptions, cursor_in, prepare
 from codecue_bench.points import Point
 
 # method id -> (draft mode, description)
@@ -78,13 +77,19 @@ def is_engine_method(method: str) -> bool:
         return False
 
 
-def point_context(point: Point) -> tuple[str, str]:
+def point_job(point: Point, options: RequestOptions | None = None) -> PreparedJob:
+    """The job an editor's request at the point makes (:func:`codecue.request.prepare`, as the server
+    prepares it): the point's file is its document, nothing else open."""
+    text = point.prefix + point.suffix
+    request = CompletionRequest(Path(point.path).absolute().as_uri(), 0, point.line, point.character,
+                                point.prefix, point.suffix, point.language, options or RequestOptions())
+    return prepare(request, cursor_in(text, point.path, point.line, point.character, point.language))
+
+
+def point_context(point: Point) -> tuple[str, str | None]:
     """(language, context class) at the point's cursor, by the same tree-sitter analysis the server uses."""
-    language = language_for_path(Path(point.path)) or point.language
-    trees = DocumentTrees()
-    trees.open("bench://point", point.prefix + point.suffix, language)
-    context = trees.context("bench://point", point.line, point.character)
-    return context.language, context.context_class
+    job = point_job(point)
+    return job.language, job.context_class
 
 
 def run_points(
@@ -108,7 +113,9 @@ def run_points(
     records: list[RunRecord] = []
     extra_methods = extra_methods or {}
     for i, point in enumerate(points, 1):
-        prompt = completer.build_prompt(point.prefix, point.suffix)
+        # Timed over a fixed number of tokens: the job as an editor's, without the syntax's stop.
+        job = point_job(point, RequestOptions(max_tokens=max_tokens, scope_stop=False))
+        prompt = completer.prompt_for(job)
         baseline: list[int] | None = None
         context = None
         for method in methods:

@@ -6,9 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codecue.commands.common import add_model_arguments, config_from_args
 from codecue.errors import CodeCueError
+
+if TYPE_CHECKING:
+    from codecue.request import PreparedJob
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,23 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from codecue.completion import Completer
-    from codecue.document import split_at
+    from codecue.request import complete_job
 
-    try:
-        text = args.file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CodeCueError(f"cannot read {args.file}: {exc}") from None
-    try:
-        prefix, suffix = split_at(text, args.line, args.character)
-    except ValueError as exc:
-        raise CodeCueError(f"{args.file}: {exc}") from None
-    if args.max_tokens < 1:
-        raise CodeCueError("--max-tokens must be at least 1")
-    if args.temperature < 0 or not 0 < args.top_p <= 1:
-        raise CodeCueError("--temperature must be >= 0 and --top-p in (0, 1]")
+    job = prepared_job(args)
     config = config_from_args(args)
-    context = cursor_context(args.file, text, args.line, args.character)
-    stop_rule = None if args.no_scope_stop else scope_stop(args.file, text, args.line, args.character, context)
     from codecue.backends.remote import choose_remote_url
     from codecue.tuning.policy import Depth
 
@@ -60,9 +51,7 @@ def run(args: argparse.Namespace) -> int:
         completer = Completer.load(config)
         # As the language server does: the K authority, for the cursor's language and class, with the costs
         # measured here for the runtime and files the plan loaded (K = 0 where drafting would not pay).
-        language = context.language if context is not None else "unknown"
-        depth = completer.k_authority().depth_for(language, context.context_class if context else None,
-                                                  requested=completer.decoding.k)
+        depth = completer.k_authority().depth_for(job.language, job.context_class, requested=completer.decoding.k)
     printed = {"n": 0}
 
     def stream(so_far: str) -> None:
@@ -70,10 +59,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         printed["n"] = len(so_far)
 
-    result = completer.complete(prefix, suffix, max_tokens=args.max_tokens, k=depth.start, k_max=depth.ceiling,
-                                temperature=args.temperature,
-                                top_p=args.top_p, seed=args.seed, stop_rule=stop_rule,
-                                on_text=stream if args.stream and not args.json else None)
+    result = complete_job(completer, job, k=depth.start, k_max=depth.ceiling,
+                          on_text=stream if args.stream and not args.json else None)
     s = result.stats
     if result.notice and not args.json:
         print(f"codecue: {result.notice}", file=sys.stderr)
@@ -84,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             "drafted": s.drafted, "accepted": s.accepted, "acceptance_rate": round(s.acceptance_rate, 4),
             "rounds": s.rounds, "histogram": s.histogram, "k": depth.start, "k_max": depth.ceiling,
             "k_source": depth.reason,
-            "context_class": context.context_class if context is not None else None,
+            "context_class": job.context_class,
             "speculative": s.speculative,
             "draft_mode": completer.decoding.draft_mode if depth.start else "none", "prompt_tokens": s.prompt_tokens,
             "backend": s.runtime.partition("+")[0], "runtime": s.runtime, "notice": result.notice,
@@ -100,33 +87,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cursor_context(path: Path, text: str, line: int, character: int):
-    """The tree-sitter ``CursorContext`` at the cursor, or None for an unknown language (or any failure:
-    a context problem must not stop a completion)."""
+def prepared_job(args: argparse.Namespace) -> PreparedJob:
+    """The job for the file and position in ``args``, prepared as the language server prepares an editor's
+    request for the same document, cursor and options (:func:`codecue.request.prepare`)."""
+    from codecue.request import CompletionRequest, RequestOptions, cursor_in, prepare
+
     try:
-        from codecue.context import analyze, language_for_path
-
-        language = language_for_path(path)
-        return None if language is None else analyze(text, language, line, character)
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def scope_stop(path: Path, text: str, line: int, character: int, context=None):
-    """The stop rule the language server uses (:meth:`ContextHooks.stop_rule`): the syntax's stop from
-    tree-sitter when the language is known, else the first blank line, and a repetition of the code after
-    the cursor."""
-    from codecue.document import split_at
-    from codecue.engine.stops import StopRule
-
-    context = context if context is not None else cursor_context(path, text, line, character)
-    scope = None
-    if context is not None:
-        try:
-            from codecue.context.stopping import ScopeStop
-
-            scope = ScopeStop.of(context)
-        except Exception:  # noqa: BLE001 - a context failure must not stop a completion
-            scope = None
-    prefix, suffix = split_at(text, line, character)
-    return StopRule.at_cursor(scope, prefix, suffix)
+        text = args.file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CodeCueError(f"cannot read {args.file}: {exc}") from None
+    if args.max_tokens < 1:
+        raise CodeCueError("--max-tokens must be at least 1")
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise CodeCueError("--temperature must be >= 0 and --top-p in (0, 1]")
+    options = RequestOptions(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                             seed=args.seed, scope_stop=not args.no_scope_stop)
+    path = args.file.resolve()
+    cursor = cursor_in(text, str(path), args.line, args.character)
+    try:
+        request = CompletionRequest.at(path.as_uri(), text, args.line, args.character, cursor.language, options)
+    except ValueError as exc:
+        raise CodeCueError(f"{args.file}: {exc}") from None
+    return prepare(request, cursor)

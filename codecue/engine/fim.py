@@ -10,9 +10,10 @@ cached once and survives typing in the current file. The FIM part has one of thr
 
 - ``psm``: ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` — a keystroke at the cursor changes the
   end of P, so the whole suffix is evaluated again;
-- ``psm-mid`` (llama.vim's): ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>L`` where L is the cursor
-  line up to the cursor and P ends at that line's start: typing within a line only appends to L, and the
-  suffix stays cached until the cursor changes line. While the line holds only indentation, it is PSM;
+- ``psm-mid`` (after llama.vim's): ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>L`` where L is what was
+  written of the cursor's paragraph up to the cursor (:func:`middle_start`) and P ends before it: typing,
+  Enter and the next line's first characters only append to L, and the suffix stays cached through a
+  paragraph's lines. While the cursor's line holds only indentation, it is PSM;
 - ``spm``: ``<|fim_suffix|>S<|fim_prefix|>P<|fim_middle|>`` — typing only appends to P, but the model
   was trained mostly on PSM.
 """
@@ -36,6 +37,10 @@ REPO_NAME = "<|repo_name|>"
 LAYOUTS = ("psm", "psm-mid", "spm")
 DEFAULT_LAYOUT = "psm-mid"
 
+
+#: the most lines the middle of a ``psm-mid`` prompt holds before the cursor's line: lines typed one after
+#: another extend one prompt, and the suffix is evaluated again once in this many lines.
+MIDDLE_LINES = 8
 
 #: the window a first suggestion at a new place is never shown from below. A smaller window falls further
 #: short of the full prompt's exact match (the aim: within about 5 points); a larger one is what Enter at a
@@ -134,6 +139,31 @@ def _token_count(tokenizer, text: str) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False)) if text else 0
 
 
+# Generous characters per token for the first cut (:func:`stable_prefix`): the exact trim to the token
+# budget follows, and it never tokenizes more than 8 characters per token.
+CHARS_PER_TOKEN = 6
+
+
+def stable_prefix(prefix: str, budget: PromptBudget) -> str:
+    """A long document's prefix cut cheaply before it is tokenized (every keystroke builds a prompt): the
+    tail starting on a line whose number is a multiple of ``budget.anchor_lines`` (counted from the
+    document's start, so the start stays put while the user types and the KV cache keeps it), short
+    enough that :func:`trim_prefix` never has to cut from a moving start."""
+    max_chars = max(0, budget.total - budget.suffix - budget.extra) * CHARS_PER_TOKEN
+    if len(prefix) <= max_chars:
+        return prefix
+    anchor = max(1, budget.anchor_lines)
+    lines_before_limit = prefix.count("\n", 0, len(prefix) - max_chars)
+    # The first anchored line at or after the character limit.
+    start_line = -(-(lines_before_limit + 1) // anchor) * anchor
+    offset = 0
+    for _ in range(start_line):
+        offset = prefix.find("\n", offset) + 1
+        if offset == 0:  # fewer lines than that: the cursor line itself is huge
+            return prefix[-max_chars:]
+    return prefix[offset:]
+
+
 def trim_prefix(tokenizer, prefix: str, budget: int, anchor_lines: int) -> str:
     """The longest tail of ``prefix`` that starts on an anchored line boundary and fits ``budget``."""
     if budget <= 0:
@@ -230,6 +260,7 @@ def build_fim_text(
 ) -> str:
     """The prompt as text (special tokens spelled out); ``extra_context`` is (path, text) pairs from other
     files, ``path`` the current file's name (shown to the model when there is context)."""
+    prefix = stable_prefix(prefix, budget)
     context_text, used_extra = render_context(tokenizer, extra_context, budget.extra)
     if context_text:
         current_entry = f"{FILE_SEP}{path or 'current'}\n"
@@ -242,20 +273,38 @@ def build_fim_text(
     prefix_budget = budget.total - max(budget.extra, used_extra) - _token_count(tokenizer, suffix_text)
     if budget.layout == "psm-mid":
         head_end = prefix.rfind("\n") + 1
-        line_head = prefix[head_end:]
-        line_tokens = _token_count(tokenizer, line_head)
-        # Only indentation so far: it stays in the prefix, as in PSM. After <|fim_middle|> the model
-        # would read it as a separate token and add a space of its own (" return" after 8 spaces), so
-        # the cursor's line moves behind <|fim_middle|> once it has code; that costs the suffix once
-        # per line, not once per keystroke.
-        if line_head.strip() and line_tokens < prefix_budget // 2:  # a huge cursor line: plain PSM
-            prefix_text = trim_prefix(tokenizer, prefix[:head_end], prefix_budget - line_tokens,
-                                      budget.anchor_lines)
-            return f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}{line_head}"
+        # Only indentation on the cursor's line: it stays in the prefix, as in PSM. After <|fim_middle|> the
+        # model would read it as a separate token and add a space of its own (" return" after 8 spaces).
+        if prefix[head_end:].strip():
+            start = middle_start(prefix, head_end)
+            middle = prefix[start:]
+            middle_tokens = _token_count(tokenizer, middle)
+            if middle_tokens < prefix_budget // 2:  # a huge cursor line: plain PSM
+                prefix_text = trim_prefix(tokenizer, prefix[:start], prefix_budget - middle_tokens,
+                                          budget.anchor_lines)
+                return f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}{middle}"
     prefix_text = trim_prefix(tokenizer, prefix, prefix_budget, budget.anchor_lines)
     if budget.layout == "spm":
         return f"{context_text}{FIM_SUFFIX}{suffix_text}{FIM_PREFIX}{prefix_text}{FIM_MIDDLE}"
     return f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}"
+
+
+def middle_start(prefix: str, head_end: int) -> int:
+    """Where a ``psm-mid`` middle starts in ``prefix`` whose cursor line starts at ``head_end``: after the
+    indentation of the first line of the cursor's paragraph (the lines since the last blank one), within
+    the block of :data:`MIDDLE_LINES` lines the cursor's line is in (numbered from the prefix's start,
+    which :func:`stable_prefix` cuts on a multiple of them). The first line's indentation stays in the
+    prefix, so the prompt is the same while that line holds only indentation (PSM) and once it has code."""
+    line = prefix.count("\n", 0, head_end)
+    start = head_end
+    for _ in range(line % MIDDLE_LINES):
+        above = prefix.rfind("\n", 0, start - 1) + 1
+        if not prefix[above : start - 1].strip():
+            break
+        start = above
+    end = prefix.find("\n", start)
+    first = prefix[start : end if end >= 0 else len(prefix)]
+    return start + len(first) - len(first.lstrip(" \t"))
 
 
 def build_fim_prompt(tokenizer, prefix: str, suffix: str, budget: PromptBudget = PromptBudget(),

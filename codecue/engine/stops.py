@@ -9,7 +9,8 @@ A rule combines up to three cuts, the earliest wins:
 - the syntax's stop at the cursor (:class:`codecue.context.stopping.ScopeStop`: the statement, block,
   line or literal is complete), or, where no syntax is known, the first blank line after some text;
 - the point where the text starts repeating the code after the cursor
-  (:func:`codecue.engine.postprocess.suffix_repeat_cut`).
+  (:func:`codecue.engine.postprocess.suffix_repeat_cut`);
+- for the line after a line's end (the suggestion held for Enter), the end of that next line.
 """
 
 from __future__ import annotations
@@ -37,6 +38,20 @@ def blank_line_stop(text: str) -> int | None:
     if cut < 0:
         return None
     return len(text) - len(stripped) + cut + 1
+
+
+def next_line_stop(text: str) -> int | None:
+    """Stop at the end of the first line after the cursor's line that holds some text: what Enter at the
+    cursor's line end (and the indentation the editor inserts) is answered with."""
+    start = text.find("\n")
+    while start >= 0:
+        end = text.find("\n", start + 1)
+        if end < 0:
+            return None
+        if text[start + 1 : end].strip():
+            return end
+        start = end
+    return None
 
 
 @dataclass(frozen=True)
@@ -70,12 +85,17 @@ class StopRule:
     scope: ScopeRule | None = None
     blank_line: bool = False  # stop at the first blank line after some text
     suffix_repeat: SuffixRepeat | None = None
+    next_line: bool = False  # stop at the end of the line after the cursor's (:func:`next_line_stop`)
 
     @classmethod
-    def at_cursor(cls, scope: ScopeRule | None, prefix: str | None = None, suffix: str = "") -> StopRule:
+    def at_cursor(cls, scope: ScopeRule | None, prefix: str | None = None, suffix: str = "", *,
+                  next_line: bool = False) -> StopRule:
         """The syntax's stop, else the first blank line; with ``prefix``, also where the text starts
-        repeating ``suffix`` (what the language server and ``codecue complete`` stop at)."""
+        repeating ``suffix`` (what the language server and ``codecue complete`` stop at). ``next_line``:
+        the end of the next line instead of the syntax's stop or a blank line."""
         repeat = SuffixRepeat.around(prefix, suffix) if prefix is not None else None
+        if next_line:
+            return cls(suffix_repeat=repeat, next_line=True)
         return cls(scope=scope, blank_line=scope is None, suffix_repeat=repeat)
 
 
@@ -91,6 +111,8 @@ def predicate_for(rule: StopRule | None, extra: StopPredicate | None = None) -> 
             cuts.append(blank_line_stop)
         if rule.suffix_repeat is not None:
             cuts.append(rule.suffix_repeat.cut)
+        if rule.next_line:
+            cuts.append(next_line_stop)
     if extra is not None:
         cuts.append(extra)
     if len(cuts) <= 1:

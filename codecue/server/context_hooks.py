@@ -1,7 +1,8 @@
-"""What a session asks the context engine: the cursor's context, its stop rule, and who learns from its rounds.
+"""What a session asks the context engine: the cursor's context, and who learns from its rounds.
 
 The tree-sitter context (:mod:`codecue.context`: context class, scope, syntax-aware stops) follows each
-open document. The cursor's language and class go with each job to the model worker, whose K authority
+open document; :func:`codecue.request.prepare` makes a job's stop rule from it. The cursor's language and
+class go with each job to the model worker, whose K authority
 (:mod:`codecue.tuning.policy`, shared by every session on it) decides the draft depth once the models are
 loaded, and learns from the rounds reported here. A failure costs one warning and a plain completion,
 never a failed request: the language is then the LSP ``languageId``, the class none, and a completion
@@ -11,24 +12,15 @@ stops at EOS, at the token limit, or at a blank line after some text.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from codecue.context import DocumentTrees, get_grammar, language_for_lsp_id
-from codecue.context.stopping import ScopeStop
 from codecue.engine.rounds import RoundJoiner
-from codecue.engine.stops import StopRule
 from codecue.engine.stops import blank_line_stop as blank_line_stop  # the fallback stop, named here too
+from codecue.request import CursorInfo
 from codecue.tuning import KPolicy
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CursorInfo:
-    language: str  # CodeCue's language name when known, else the LSP languageId
-    context_class: str | None = None
-    context: Any = None
 
 
 class ContextHooks:
@@ -120,17 +112,6 @@ class ContextHooks:
                 info.context_class = ctx.context_class
                 info.language = ctx.language or info.language
         return info
-
-    def scope_stop(self, info: CursorInfo) -> ScopeStop | None:
-        """The syntax's stop at the cursor, or None (no context: the rule stops at a blank line)."""
-        if info.context is None:
-            return None
-        return self._call("stopping", ScopeStop.of, info.context)
-
-    def stop_rule(self, info: CursorInfo, prefix: str, suffix: str) -> StopRule:
-        """Where a completion at the cursor stops, as data the model process turns into its predicate:
-        the syntax's stop (else a blank line) and a repetition of the code after the cursor."""
-        return StopRule.at_cursor(self.scope_stop(info), prefix, suffix)
 
     def observer(self, info: CursorInfo) -> Any:
         """An ``on_round(record)`` callback feeding the policy each round's RoundRecord, or None."""

@@ -32,11 +32,11 @@ from pygls.exceptions import JsonRpcInvalidParams
 
 from codecue.document import PositionError, typed_since
 from codecue.engine.postprocess import streamable
-from codecue.server.context_hooks import CursorInfo
-from codecue.server.prompt import project_context, uri_to_path
+from codecue.request import CompletionRequest, CursorInfo, JobKind, RequestOptions, prepare
+from codecue.server.prompt import project_context
 from codecue.server.stats import CancelRecord
 from codecue.server.streaming import partial_params, send_partial
-from codecue.server.worker import GenerationJob, JobKind
+from codecue.server.worker import GenerationJob
 
 if TYPE_CHECKING:
     from codecue.engine.results import GenerationResult
@@ -48,20 +48,6 @@ log = logging.getLogger(__name__)
 #: place's full prompt where this machine evaluates it within this long, else the window a request there
 #: sends first, so that the first suggestion after the pause is ready (Completer.warm_context).
 CURSOR_PAUSE_MS = 1500.0
-
-
-@dataclass
-class CompletionRequest:
-    """A request, with the document as it was when the request arrived."""
-
-    request_id: int | str | None
-    uri: str
-    version: int
-    line: int
-    character: int
-    prefix: str
-    suffix: str
-    language_id: str
 
 
 @dataclass(eq=False)
@@ -119,6 +105,9 @@ class InlineCompletions:
         self.active: dict[str, Generation] = {}
         self.warming: GenerationJob | None = None  # this session's latest warm-up, and its place:
         self.warming_at: tuple[str, str, str] | None = None  # (uri, prefix, suffix)
+        #: per document, the line after a line's end prepared while the user rested there: Enter at that
+        #: place (and the indentation the editor inserts) is answered from it
+        self.next_lines: dict[str, Generation] = {}
 
     # -- entry point ---------------------------------------------------------------------------------
     def snapshot(self, params: types.InlineCompletionParams, request_id: int | str | None) -> CompletionRequest | None:
@@ -134,8 +123,12 @@ class InlineCompletions:
             return None
         if not self.server.options.language_enabled(doc.language_id, self.server.hooks.language(doc.language_id)):
             return None
-        return CompletionRequest(request_id, doc.uri, doc.version, params.position.line, params.position.character,
-                                 prefix, suffix, doc.language_id)
+        return CompletionRequest(doc.uri, doc.version, params.position.line, params.position.character, prefix,
+                                 suffix, doc.language_id, self.request_options(), request_id)
+
+    def request_options(self) -> RequestOptions:
+        options = self.server.options
+        return RequestOptions(max_tokens=options.max_tokens, temperature=options.temperature)
 
     async def complete(self, request: CompletionRequest) -> str | None:
         """The suggestion's text from the cursor on, or None when the request was replaced by a newer one
@@ -159,6 +152,11 @@ class InlineCompletions:
                     if typed or gen.subscriber is not None:
                         server.stats.adopted += 1
                     return await self._subscribe(gen, request, typed)
+        held = self._from_next_line(request)
+        if held is not None:
+            if gen is not None and gen.live:
+                self._cancel(gen)
+            return held
         if gen is not None and gen.live:
             self._cancel(gen)
         info = server.hooks.cursor(request.uri, request.language_id, request.line, request.character)
@@ -179,7 +177,8 @@ class InlineCompletions:
         return project_context(server.chunks, server.documents, uri, language_id, prefix, suffix,
                                server.prompt_budget, server.imports, server.workspace_roots)
 
-    def _start(self, gen: Generation, request: CompletionRequest, background: bool = False) -> None:
+    def _start(self, gen: Generation, request: CompletionRequest, background: bool = False,
+               kind: JobKind = JobKind.COMPLETE) -> None:
         if gen.state != "pending":
             return
         server = self.server
@@ -189,27 +188,74 @@ class InlineCompletions:
         def on_text(text: str) -> None:  # worker thread
             _call_soon(loop, self._on_text, gen, text)
 
-        job = GenerationJob(
-            config=server.completion_config,
-            prefix=request.prefix,
-            suffix=request.suffix,
-            extra_context=self._context(request.uri, request.language_id, request.prefix, request.suffix),
-            path=uri_to_path(request.uri),
-            background=background,
-            warm_after=server.options.work_ahead,
-            max_tokens=server.options.max_tokens,
-            temperature=server.options.temperature,
-            language=info.language,
-            context_class=info.context_class,
-            stop_rule=server.hooks.stop_rule(info, request.prefix, request.suffix),
-            on_round=server.hooks.observer(info),
-            on_text=on_text,
-            label=f"{request.uri}@{request.version}",
-        )
+        context = self._context(request.uri, request.language_id, request.prefix, request.suffix)
+        rest = None if background or not server.options.work_ahead else self._rest(request, info, context)
+        job = GenerationJob(server.completion_config, prepare(request, info, kind=kind, extra_context=context),
+                            background=background, when_idle=rest, on_round=server.hooks.observer(info),
+                            on_text=on_text, label=f"{request.uri}@{request.version}")
         gen.job = job
         gen.state = "running"
         future = server.worker.submit(job)
         future.add_done_callback(lambda f: _call_soon(loop, self._on_done, gen, f))
+
+    # -- the rest ------------------------------------------------------------------------------------
+    def _rest(self, request: CompletionRequest, info: CursorInfo, context: list[tuple[str, str]],
+              first: GenerationJob | None = None) -> GenerationJob:
+        """What a rest at ``request``'s place prepares, as a chain of background jobs (any request cancels
+        it; what was evaluated stays in the caches): after ``first`` (the cursor's warm-up), at a line's
+        end the next line from what the cache holds now (the window a request there sent), then the
+        place's full prompt evaluated fresh, then at a line's end the next line again, from it."""
+        server = self.server
+        chain: list[GenerationJob] = [first] if first is not None else []
+        if request.at_line_end:
+            chain.append(self._next_line_job(request, info, context))
+        warm = prepare(request, info, kind=JobKind.WARM, extra_context=context)
+        chain.append(GenerationJob(server.completion_config, warm, background=True, warm_fresh=True,
+                                   label=f"full prompt {request.uri}:{request.line}:{request.character}"))
+        if request.at_line_end:
+            chain.append(self._next_line_job(request, info, context))
+        for job, follower in zip(chain, chain[1:], strict=False):
+            job.then = follower
+        return chain[0]
+
+    def _next_line_job(self, request: CompletionRequest, info: CursorInfo,
+                       context: list[tuple[str, str]]) -> GenerationJob:
+        """The line after ``request``'s line, as if Enter were pressed at its end: held when done."""
+        server = self.server
+        loop = asyncio.get_running_loop()
+        held = Generation(request.prefix, request.suffix, info, state="running")
+        job = GenerationJob(server.completion_config, prepare(request, info, kind=JobKind.NEXT_LINE,
+                                                              extra_context=context),
+                            background=True, on_round=server.hooks.observer(info),
+                            label=f"next line {request.uri}:{request.line}")
+        held.job = job
+        job.future.add_done_callback(lambda f: _call_soon(loop, self._on_next_line, request.uri, held, f))
+        return job
+
+    def _on_next_line(self, uri: str, held: Generation, future: Future[GenerationResult | None]) -> None:
+        result = None if future.exception() is not None else future.result()
+        if result is None or result.stop_reason == "cancelled" or "\n" not in result.text:
+            return
+        held.state, held.final = "done", result.text
+        self.next_lines[uri] = held
+        self.server.stats.next_lines_prepared += 1
+
+    def _from_next_line(self, request: CompletionRequest) -> str | None:
+        """The rest of the next line prepared at a line's end, where what was typed since is Enter (and the
+        indentation the editor inserted, and what the user typed of the suggestion): it becomes the
+        document's generation, which the next keys type through."""
+        held = self.next_lines.get(request.uri)
+        if held is None or held.final is None:
+            return None
+        typed = typed_since(held.prefix, held.suffix, request.prefix, request.suffix)
+        if not typed or not typed.startswith("\n") or not (held.final.startswith(typed)
+                                                          and len(held.final) > len(typed)):
+            return None
+        self.active[request.uri] = held
+        self.server.stats.next_line_served += 1
+        rest = held.final[len(typed):]
+        self._send(request, rest, done=True)
+        return rest
 
     def _cancel(self, gen: Generation, superseded: bool = True) -> None:
         gen.state = "cancelled"
@@ -296,7 +342,7 @@ class InlineCompletions:
             if gen.job is not None and gen.job.rounds_at_cancel is not None and result is not None:
                 server.stats.record_cancel(CancelRecord(
                     rounds_after_cancel=gen.job.rounds_after_cancel(result.stats.rounds),
-                    tokens=len(result.tokens), max_tokens=gen.job.max_tokens, stop_reason=result.stop_reason))
+                    tokens=len(result.tokens), max_tokens=gen.job.prepared.options.max_tokens, stop_reason=result.stop_reason))
             return
         sub, gen.subscriber = gen.subscriber, None
         if exc is not None:
@@ -351,13 +397,16 @@ class InlineCompletions:
             return
         prefix = gen.prefix + gen.final
         line, character = doc.position_at(len(prefix))
-        request = CompletionRequest(None, uri, doc.version, line, character, prefix, gen.suffix, doc.language_id)
+        request = CompletionRequest(uri, doc.version, line, character, prefix, gen.suffix, doc.language_id,
+                                    self.request_options())
         info = self.server.hooks.cursor(uri, doc.language_id, line, character)
         info.language = gen.info.language
         ahead = Generation(prefix, gen.suffix, info)
         self.active[uri] = ahead
         self.server.stats.prefetched += 1
-        self._start(ahead, request, background=True)
+        # A suggestion that ended a line: what comes next is the line after it, as at a rest there.
+        self._start(ahead, request, background=True,
+                    kind=JobKind.NEXT_LINE if request.at_line_end else JobKind.COMPLETE)
 
     def warm(self, uri: str, line: int = 0, character: int = 0) -> None:
         """Evaluate the full prompt for a place in ``uri`` into the caches while the models are idle (a
@@ -389,11 +438,14 @@ class InlineCompletions:
         if warming is not None and not warming.future.done() and not warming.is_cancelled \
                 and self.warming_at == (uri, prefix, suffix):
             return  # already on its way
-        job = GenerationJob(config=server.completion_config, prefix=prefix, suffix=suffix,
-                            extra_context=self._context(uri, doc.language_id, prefix, suffix),
-                            path=uri_to_path(uri),
-                            background=True, kind=JobKind.WARM, warm_within_ms=CURSOR_PAUSE_MS,
-                            label=f"warm {uri}:{line}:{character}")
+        request = CompletionRequest(uri, doc.version, line, character, prefix, suffix, doc.language_id,
+                                    self.request_options())
+        info = server.hooks.cursor(uri, doc.language_id, line, character)
+        context = self._context(uri, doc.language_id, prefix, suffix)
+        job = GenerationJob(server.completion_config, prepare(request, info, kind=JobKind.WARM, extra_context=context),
+                            background=True, warm_within_ms=CURSOR_PAUSE_MS, label=f"warm {uri}:{line}:{character}")
+        if server.options.work_ahead:
+            self._rest(request, info, context, first=job)
         if warming is not None:
             warming.cancel()
         self.warming, self.warming_at = job, (uri, prefix, suffix)
@@ -409,6 +461,7 @@ class InlineCompletions:
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def forget(self, uri: str) -> None:
+        self.next_lines.pop(uri, None)
         gen = self.active.pop(uri, None)
         if gen is not None and gen.live:
             self._cancel(gen)

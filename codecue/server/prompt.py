@@ -1,12 +1,5 @@
-"""What the server puts around the cursor: a prefix whose start does not move while typing, and chunks of
-the project's other documents chosen for the cursor.
-
-The KV caches are reused up to the first token that differs from the previous request, so the prompt's
-beginning must stay put from keystroke to keystroke. :func:`codecue.engine.fim.trim_prefix` drops
-whole blocks of lines from the top, but it counts them from wherever its input starts; here the
-prefix is first cut at an *absolute* line number (a multiple of ``anchor_lines``), so the start moves
-only when the cursor has travelled a whole block.
-"""
+"""What the server puts around the cursor beside the document: chunks of the project's other documents
+chosen for the cursor."""
 
 from __future__ import annotations
 
@@ -21,29 +14,6 @@ from codecue.engine.fim import PromptBudget
 
 if TYPE_CHECKING:
     from codecue.document import DocumentStore
-
-# Generous characters per token for the cut: the engine trims to the exact token budget afterwards,
-# and it would cut from a moving start itself if given more than 8 characters per token.
-CHARS_PER_TOKEN = 6
-
-
-def stable_prefix(prefix: str, budget: PromptBudget) -> str:
-    """The tail of ``prefix`` starting on a line whose number is a multiple of ``budget.anchor_lines``,
-    short enough that the engine's own trimming never has to cut from a moving start."""
-    max_chars = max(0, budget.total - budget.suffix - budget.extra) * CHARS_PER_TOKEN
-    if len(prefix) <= max_chars:
-        return prefix
-    anchor = max(1, budget.anchor_lines)
-    lines_before_limit = prefix.count("\n", 0, len(prefix) - max_chars)
-    # The first anchored line at or after the character limit.
-    start_line = -(-(lines_before_limit + 1) // anchor) * anchor
-    offset = 0
-    for _ in range(start_line):
-        offset = prefix.find("\n", offset) + 1
-        if offset == 0:  # fewer lines than that: the cursor line itself is huge
-            return prefix[-max_chars:]
-    return prefix[offset:]
-
 
 # Characters of chunks picked per token of the context budget; the prompt builder then cuts to the exact
 # token budget, dropping the last chunks that do not fit.

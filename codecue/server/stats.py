@@ -95,6 +95,8 @@ class SessionStats:
         self.type_through = 0
         self.prefetched = 0  # next suggestions generated ahead, after one was accepted
         self.warm_ups = 0  # places whose prompt was sent to be warmed (document opened, cursor moved)
+        self.next_lines_prepared = 0  # lines after a line's end generated in a rest there
+        self.next_line_served = 0  # Enter answered from one of them, without the model
         self.warmed = 0  # ... that got through their whole prompt
         self.warm_cancelled = 0  # ... that a request (or a newer warm-up) cancelled first
         self.last_warm: dict[str, Any] | None = None
@@ -148,6 +150,8 @@ class SessionStats:
                 "typeThrough": self.type_through,
                 "prefetched": self.prefetched,
                 "warmUps": self.warm_ups,
+                "nextLinesPrepared": self.next_lines_prepared,
+                "nextLineServed": self.next_line_served,
                 "warmed": self.warmed,
                 "warmCancelled": self.warm_cancelled,
                 "lastWarm": self.last_warm,

@@ -11,24 +11,21 @@ a job's other decoding settings apply to that job on the models loaded), and unl
 
 from __future__ import annotations
 
-import enum
 import gc
 import importlib
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from codecue.engine.fim import prompt_budget
-from codecue.engine.postprocess import tidy_completion
-from codecue.engine.stops import StopRule
 from codecue.models.config import CompletionConfig
+from codecue.request import JobKind, PreparedJob, RequestOptions, complete_job, warm_job
 from codecue.server.model_process import ModelProcessCrashed
-from codecue.server.prompt import stable_prefix
 from codecue.tuning import KPolicy
 from codecue.tuning.policy import Depth
 
@@ -40,11 +37,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Idle this long after a request, the worker warms that place's full prompt (the request itself may have
-# used a shorter one to show text sooner) and evaluates again what its cache kept by shifting: longer
-# than a pause between keystrokes, since a keystroke arriving during the warm-up finds the short prompt's
+# Idle this long after a request, the worker starts what the request left for idle time (``when_idle``),
+# by what comes first. The full prompt (the request may have used a shorter one to show text sooner):
+# longer than a pause between keystrokes, since a keystroke arriving during it finds the short prompt's
 # cache replaced, and waits for the step being evaluated.
 REFINE_AFTER_S = 1.0
+# The next line at a line's end, from what the cache holds: sooner, since a keystroke arriving during it
+# waits for one round at most and finds its prompt still cached; long enough that a typist's next key
+# (a few per second) usually comes first.
+NEXT_LINE_AFTER_S = 0.3
 
 
 CompleterFactory = Callable[[CompletionConfig], "Completer"]
@@ -77,39 +78,25 @@ def load_completer(config: CompletionConfig) -> Completer:
     return completer_class.from_loaded(loaded, config.decoding)
 
 
-class JobKind(enum.Enum):
-    """What a job asks of the worker, once the models it needs are loaded."""
-
-    COMPLETE = "complete"  # generate a completion: the result is a GenerationResult
-    WARM = "warm"  # only evaluate the prompt into the caches: the result is None
-    LOAD = "load"  # only load the models (an editor just connected): the result is None
-
-
 @dataclass(eq=False)
 class GenerationJob:
-    """One completion to generate. Callbacks run on the worker thread."""
+    """A prepared job (:func:`codecue.request.prepare`) on its way through the worker: the models it
+    needs, how it runs beside other work, and who hears of it. Callbacks run on the worker thread."""
 
     config: CompletionConfig  # the models it needs, and how it decodes with them
-    prefix: str
-    suffix: str
-    extra_context: Sequence[tuple[str, str]] = ()
-    path: str | None = None  # the document's name in the prompt (shown with project context)
-    background: bool = False  # work ahead (warm-up, prefetch): any real job cancels it
-    kind: JobKind = JobKind.COMPLETE
-    #: a warm-up's time limit for the full prompt (Completer.warm_context): None warms the full prompt
+    prepared: PreparedJob
+    background: bool = False  # work ahead (warm-up, prefetch, next line): any real job cancels it
+    #: a warm-up's time limit for the first part of the way: the window a request there sends first where
+    #: the full prompt takes longer (Completer.warm_context); None warms the full prompt at once
     warm_within_ms: float | None = None
-    #: a warm-up that also evaluates again what the cache kept by shifting (Completer.warm): the idle one
-    #: after a request, so that the place's next suggestion is what a fresh evaluation gives
+    #: a warm-up that also evaluates again what the cache kept by shifting (Completer.warm), so that the
+    #: place's next suggestion is what a fresh evaluation gives
     warm_fresh: bool = False
-    #: idle time after this request warms its place that way (the server's ``workAhead`` option)
-    warm_after: bool = True
-    max_tokens: int = 64
-    temperature: float = 0.0
-    #: the cursor's language and context class: the K authority decides the draft depth from them once the
-    #: models are loaded (the first request too), unless the decoding settings fix K
-    language: str = ""
-    context_class: str | None = None
-    stop_rule: StopRule | None = None  # data: the predicate is made where the model runs
+    #: what idle time after this request prepares (background jobs chained by ``then``): the place's full
+    #: prompt, the next line at a line's end (the server's ``workAhead`` option)
+    when_idle: GenerationJob | None = None
+    #: what runs after this job when it got through (the rest's next step); a request cancels it
+    then: GenerationJob | None = None
     on_round: Callable[[RoundRecord], None] | None = None
     on_text: Callable[[str], None] | None = None
     label: str = ""  # for logs
@@ -117,11 +104,15 @@ class GenerationJob:
     rounds_started: int = 0
     rounds_at_cancel: int | None = None
     #: a warm-up's outcome, set when it ran: prompt tokens the target evaluated (what its cache lacked)
-    #: and whether it got through the whole prompt (False: cancelled part way)
+    #: and whether it got through (the whole prompt; for a generation, to its stop; False: cancelled)
     warmed_tokens: int | None = None
     warm_complete: bool = False
     _cancel: threading.Event = field(default_factory=threading.Event)
     _on_cancel: list[Callable[[], None]] = field(default_factory=list, init=False, repr=False)
+
+    @property
+    def kind(self) -> JobKind:
+        return self.prepared.kind
 
     def cancel(self) -> None:
         if not self._cancel.is_set():
@@ -192,7 +183,7 @@ class ModelWorker:
         self._completer: Completer | None = None
         self._loaded: CompletionConfig | None = None  # the configuration the models were loaded for
         self._running: GenerationJob | None = None
-        self._refine: GenerationJob | None = None  # the last request, whose full prompt idle time warms
+        self._when_idle: GenerationJob | None = None  # what the last request left for idle time
         self._interrupt_idle_work: Callable[[], None] | None = None  # cancels a measurement in a model process
         self.last_activity = time.monotonic()
         self.generations = 0
@@ -208,13 +199,13 @@ class ModelWorker:
             if not job.background:
                 # Work that only prepares the future never delays a request: drop it.
                 self._cancel_background_locked()
-                self._refine = None
+                self._when_idle = None
             else:
                 # Work ahead for where the editor is now (a warm-up, the suggestion after an accepted one):
                 # an older warm-up (the last request's place, an earlier cursor position) would only delay
                 # it, or evict what it evaluates; a request may already wait for a prefetch.
-                self._cancel_background_locked(only=JobKind.WARM)
-                self._refine = None
+                self._cancel_background_locked(only=(JobKind.WARM, JobKind.NEXT_LINE))
+                self._when_idle = None
             self._queue.append(job)
             if self._interrupt_idle_work is not None:
                 self._interrupt_idle_work()
@@ -237,13 +228,12 @@ class ModelWorker:
         waits for the load to finish (a load is not cut short), not for anything after it."""
         if not self.load_at_connect or self.holds(config):
             return
-        self.submit(GenerationJob(config=config, prefix="", suffix="", background=True, kind=JobKind.LOAD,
-                                  label="load at connect"))
+        self.submit(GenerationJob(config, loading_job(), background=True, label="load at connect"))
 
-    def _cancel_background_locked(self, only: JobKind | None = None) -> None:
-        """Drop the queued background jobs and cancel the running one (with ``only``: those of that kind)."""
+    def _cancel_background_locked(self, only: tuple[JobKind, ...] | None = None) -> None:
+        """Drop the queued background jobs and cancel the running one (with ``only``: those of these kinds)."""
         def dropped(job: GenerationJob) -> bool:
-            return job.background and (only is None or job.kind is only)
+            return job.background and (only is None or job.kind in only)
 
         for waiting in [j for j in self._queue if dropped(j)]:
             self._queue.remove(waiting)
@@ -287,7 +277,7 @@ class ModelWorker:
         if policy is None:
             k = requested or 0
             return Depth(k, k, "fixed by the configuration" if k else "no K policy")
-        return policy.depth_for(job.language, job.context_class, requested=requested)
+        return policy.depth_for(job.prepared.language, job.prepared.context_class, requested=requested)
 
     def save_learned_k(self) -> bool:
         """Keep what the K policy learned (per-class acceptance, K) in the user's profile, so that the next
@@ -369,10 +359,11 @@ class ModelWorker:
                         log.info("idle for %.0f s", self.idle_unload_s)
                         self._unload_locked()
                         continue
-                if self._refine is not None and self._completer is not None:
-                    wait = self.last_activity + REFINE_AFTER_S - time.monotonic()
+                if self._when_idle is not None and self._completer is not None:
+                    after = NEXT_LINE_AFTER_S if self._when_idle.kind is JobKind.NEXT_LINE else REFINE_AFTER_S
+                    wait = self.last_activity + after - time.monotonic()
                     if wait <= 0:
-                        job, self._refine = self._refine, None
+                        job, self._when_idle = self._when_idle, None
                         self._running = job
                         return job
                     timeout = wait if timeout is None else min(timeout, wait)
@@ -453,6 +444,20 @@ class ModelWorker:
         if policy is not None and measured is not None and measured.costs is not None:
             policy.use_costs(measured.costs, runtime=measured.runtime)
 
+    def _follow(self, job: GenerationJob) -> None:
+        """After a job that got through: queue what it prepares the way for (``then``), unless a request
+        waits or came meanwhile."""
+        follower = job.then
+        if follower is None:
+            return
+        with self._cond:
+            if (not job.warm_complete or self._stopping or follower.is_cancelled
+                    or any(not waiting.background for waiting in self._queue)):
+                follower.cancel()
+                follower.future.set_result(None)
+                return
+            self._queue.append(follower)
+
     def _run(self) -> None:
         while True:
             self._costs_when_idle()
@@ -471,45 +476,29 @@ class ModelWorker:
                 if not self.reuse_cache:
                     completer.reset_caches()
                 decoding = job.config.decoding
-                budget = prompt_budget(decoding)
-                prefix = stable_prefix(job.prefix, budget)
                 if job.kind is JobKind.WARM:
                     _link_cancel(job, completer)
-                    job.warmed_tokens = completer.warm_context(prefix, job.suffix, job.extra_context, path=job.path,
-                                                               cancelled=job.poll_cancelled, decoding=decoding,
-                                                               within_ms=job.warm_within_ms, fresh=job.warm_fresh)
+                    job.warmed_tokens = warm_job(completer, job.prepared, decoding=decoding,
+                                                 cancelled=job.poll_cancelled, within_ms=job.warm_within_ms,
+                                                 fresh=job.warm_fresh)
                     job.warm_complete = not job.is_cancelled
                     job.future.set_result(None)
+                    self._follow(job)
                     continue
                 depth = self.depth_for(job)
                 _link_cancel(job, completer)
-                result = completer.complete(
-                    prefix,
-                    job.suffix,
-                    extra_context=job.extra_context,
-                    path=job.path,
-                    max_tokens=job.max_tokens,
-                    k=depth.start,
-                    k_max=depth.ceiling,
-                    temperature=job.temperature,
-                    stop_rule=job.stop_rule,
-                    on_text=job.on_text,
-                    cancelled=job.poll_cancelled,
-                    on_round=job.on_round,
-                    decoding=decoding,
-                )
+                result = complete_job(completer, job.prepared, decoding=decoding, k=depth.start, k_max=depth.ceiling,
+                                      on_text=job.on_text, cancelled=job.poll_cancelled, on_round=job.on_round)
                 self.generations += 1
-                shown = tidy_completion(result.text, job.prefix, job.suffix, result.stop_reason)
-                if not job.background and job.warm_after:
+                if not job.background and job.when_idle is not None:
                     # Before the answer goes out: a warm-up the editor asks for after it (the cursor moved
-                    # on) must find this one to drop. One already waiting is for a newer place.
+                    # on) must find this to drop. One already waiting is for a newer place.
                     with self._cond:
                         if not any(waiting.kind is JobKind.WARM for waiting in self._queue):
-                            self._refine = replace(job, background=True, kind=JobKind.WARM, warm_fresh=True,
-                                                   on_text=None, on_round=None, stop_rule=None,
-                                                   label=f"warm after {job.label}", future=Future(),
-                                                   _cancel=threading.Event())
-                job.future.set_result(replace(result, text=shown) if shown != result.text else result)
+                            self._when_idle = job.when_idle
+                job.future.set_result(result)
+                job.warm_complete = result.stop_reason != "cancelled"
+                self._follow(job)
             except BaseException as exc:  # noqa: BLE001 - the job's owner reports it; the worker lives on
                 if isinstance(exc, ModelProcessCrashed):
                     with self._cond:  # the next job starts a new model process
@@ -524,6 +513,11 @@ class ModelWorker:
                 with self._cond:
                     self._running = None
                     self.last_activity = time.monotonic()
+
+
+def loading_job() -> PreparedJob:
+    """A job that only loads the models."""
+    return PreparedJob(JobKind.LOAD, "", "", (), None, RequestOptions(), "", None, None)
 
 
 def _link_cancel(job: GenerationJob, completer: Completer) -> None:

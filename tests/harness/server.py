@@ -24,7 +24,7 @@ __all__ = ["DOC", "END", "TIMEOUT", "daemon_pid", "daemon_status", "expected_tex
 #: the folder that holds ``harness``
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
-DOC = "the quick brown fox\njumps over the lazy dog\n"  # tiny models complete line 1 without a blank line
+DOC = "quick brown fox\njumps over the lazy dog\n"  # tiny models complete line 1 without a blank line
 END = (1, len("jumps over the lazy dog"))
 
 

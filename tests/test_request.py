@@ -1,0 +1,275 @@
+"""One request, prepared once: every caller builds the same prompt and stop; the rest at a line's end
+prepares the next line, Enter is answered from it, and the first key after Enter extends the same prompt."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codecue.engine.fim import prompt_budget
+from codecue.engine.stops import StopRule, next_line_stop, predicate_for
+from codecue.models.config import CompletionConfig, ModelChoice
+from codecue.request import CompletionRequest, CursorInfo, JobKind, RequestOptions, complete_job, prepare
+from harness.wait import until
+
+SOURCE = "import os\n\n\ndef scale(values, factor):\n    total = 0\n    for value in values:\n        total += value\n"
+LINE, CHARACTER = 5, len("    for value in values:")  # the end of a line: Enter starts the next one
+SUFFIX_AFTER = "    return total * factor\n\n\nprint(scale([1, 2], 3))\n"
+
+
+class Recording:
+    """A completer that records what each job hands it, and answers with the real tiny completer's
+    evaluation; a next line's text is scripted (a random tiny model rarely writes a newline)."""
+
+    def __init__(self, inner: Any, next_line: str = "\n        total -= 1") -> None:
+        self.inner, self.next_line = inner, next_line
+        self.calls: list[tuple[str, str, str, dict[str, Any]]] = []  # (what, prefix, suffix, kwargs)
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def complete(self, prefix: str, suffix: str = "", **kwargs: Any):
+        rule = kwargs.get("stop_rule")
+        what = "next-line" if rule is not None and rule.next_line else "complete"
+        with self.lock:
+            self.calls.append((what, prefix, suffix, kwargs))
+        result = self.inner.complete(prefix, suffix, **kwargs)
+        return replace(result, text=self.next_line) if what == "next-line" else result
+
+    def warm_context(self, prefix: str, suffix: str, extra_context=(), **kwargs: Any) -> int:
+        evaluated = self.inner.warm_context(prefix, suffix, extra_context, **kwargs)
+        with self.lock:
+            self.calls.append(("warm fresh" if kwargs.get("fresh") else "warm", prefix, suffix,
+                               {**kwargs, "evaluated": evaluated}))
+        return evaluated
+
+    def kinds(self) -> list[str]:
+        with self.lock:
+            return [call[0] for call in self.calls]
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def close(self) -> None:
+        pass
+
+
+def _messages(data: bytes) -> list[dict]:
+    out = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        n = int(head.split(b"\r\n")[0].split(b":")[1])
+        out.append(json.loads(rest[:n]))
+        data = rest[n:]
+    return out
+
+
+class Session:
+    """A language-server session in this process, messages dispatched as a transport would."""
+
+    def __init__(self, completer: Any, init: dict[str, Any] | None = None) -> None:
+        from codecue.server.session import CodeCueServer
+        from codecue.server.worker import ModelWorker
+
+        self.worker = ModelWorker(CompletionConfig(ModelChoice("tiny")), lambda config: completer,
+                                  idle_unload_s=None, measure_costs=False)
+        self.server = CodeCueServer(self.worker)
+        self.writer = _Writer()
+        self.server.protocol.set_writer(self.writer)
+        self.next_id = 1
+        self.send("initialize", {"capabilities": {}, "initializationOptions": init or {}}, request=True)
+        self.send("initialized", {})
+
+    def send(self, method: str, params: dict[str, Any], request: bool = False) -> int | None:
+        from codecue.server.transport import dispatch
+
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+        msg_id = None
+        if request:
+            msg_id = message["id"] = self.next_id
+            self.next_id += 1
+        dispatch(self.server, json.dumps(message).encode())
+        return msg_id
+
+    def answer(self, msg_id: int) -> Any:
+        for message in _messages(self.writer.data):
+            if message.get("id") == msg_id and "method" not in message:
+                return message
+        return None
+
+    async def complete(self, uri: str, line: int, character: int) -> str:
+        msg_id = self.send("textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri}, "position": {"line": line, "character": character},
+            "context": {"triggerKind": 1}}, request=True)
+        await until(lambda: self.answer(msg_id), what="the completion's answer")
+        items = self.answer(msg_id)["result"]
+        return items[0]["insertText"] if items else ""
+
+    def stats(self) -> dict[str, Any]:
+        return self.server.stats.snapshot()
+
+    def close(self) -> None:
+        self.worker.shutdown(timeout=10, unload=False)
+
+
+@pytest.fixture()
+def source_file(tmp_path: Path) -> Path:
+    path = tmp_path / "scale.py"
+    path.write_text(SOURCE + SUFFIX_AFTER)
+    return path
+
+
+async def test_every_caller_prepares_the_same_prompt_and_stop(source_file, make_completer):
+    """The server, `codecue complete`, `bench speed` and `bench quality` build the same prompt tokens and
+    stop rule for the same document, cursor and options (one prepare(), one prompt builder)."""
+    from codecue.commands.complete import prepared_job
+    from codecue_bench import quality, runner
+    from codecue_bench.points import Point
+
+    tiny = make_completer(draft=None, first_text_ms=0)
+    recording = Recording(tiny)
+    session = Session(recording)
+    text = source_file.read_text()
+    try:
+        uri = source_file.as_uri()
+        session.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                               "text": text}})
+        await session.complete(uri, LINE, CHARACTER)
+    finally:
+        session.close()
+    what, prefix, suffix, sent = next(call for call in recording.calls if call[0] == "complete")
+    budget = prompt_budget(sent["decoding"])
+    server_prompt = tiny.build_prompt(prefix, suffix, sent["extra_context"], path=sent["path"], full=True,
+                                      budget=budget)
+
+    args = argparse.Namespace(file=source_file, line=LINE, character=CHARACTER, max_tokens=64, temperature=0.0,
+                              top_p=1.0, seed=None, no_scope_stop=False)
+    cli = prepared_job(args)
+    point = Point(str(source_file), "python", LINE, CHARACTER, prefix, suffix, "")
+    speed = runner.point_job(point, RequestOptions())
+    quality_point = quality.QualityPoint(str(source_file.parent).lstrip("/"), source_file.name, "python", LINE,
+                                         prefix, suffix, "", False, ())
+    scored = quality.point_job(quality_point, 64)
+
+    assert sent["stop_rule"] is not None and sent["stop_rule"].scope is not None  # the syntax's stop
+    for job in (cli, speed, scored):
+        assert (job.prefix, job.suffix, job.path, job.stop_rule) == (prefix, suffix, sent["path"], sent["stop_rule"])
+        assert job.options.max_tokens == sent["max_tokens"]
+        assert tiny.prompt_for(job, sent["decoding"], full=True) == server_prompt
+    assert cli.kind is JobKind.COMPLETE and (cli.language, cli.context_class) == (speed.language, speed.context_class)
+
+
+def test_a_next_line_stops_at_the_end_of_the_line_after_the_cursors():
+    assert next_line_stop("\n    return x\n    y") == len("\n    return x")
+    assert next_line_stop("\n\n    return x\n") == len("\n\n    return x")  # a blank line first: the next with text
+    assert next_line_stop(")\n    x = 1") is None  # the next line is not complete yet
+    rule = StopRule.at_cursor(None, "def f():\n    x = 1", "\n", next_line=True)
+    assert rule.next_line and rule.scope is None and not rule.blank_line
+    assert predicate_for(rule)("\n    y = 2\n    z") == len("\n    y = 2")
+
+
+def test_prepare_gives_each_kind_its_stop():
+    request = CompletionRequest.at("file:///a.py", SOURCE, LINE, CHARACTER, "python")
+    assert request.at_line_end
+    cursor = CursorInfo("python")
+    assert prepare(request, cursor).stop_rule == StopRule.at_cursor(None, request.prefix, request.suffix)
+    assert prepare(request, cursor, kind=JobKind.NEXT_LINE).stop_rule.next_line
+    assert prepare(request, cursor, kind=JobKind.WARM).stop_rule is None
+    off = replace(request, options=RequestOptions(scope_stop=False))
+    assert prepare(off, cursor).stop_rule is None
+    assert not CompletionRequest.at("file:///a.py", SOURCE, LINE, 4, "python").at_line_end
+
+
+async def test_a_rest_at_a_lines_end_prepares_the_next_line_and_enter_is_answered_from_it(
+        source_file, make_completer, monkeypatch):
+    from codecue.server import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "NEXT_LINE_AFTER_S", 0.05)
+    recording = Recording(make_completer(draft=None))
+    session = Session(recording)
+    uri = source_file.as_uri()
+    try:
+        session.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                               "text": source_file.read_text()}})
+        await session.complete(uri, LINE, CHARACTER)
+        # The rest: the next line from what the cache holds, the full prompt evaluated fresh, the next line again.
+        await until(lambda: recording.kinds()[1:] == ["next-line", "warm fresh", "next-line"],
+                    what="the rest's chain", timeout=60)
+        await until(lambda: session.stats()["session"]["nextLinesPrepared"] == 2, what="the held next line")
+        generations = session.worker.generations
+        calls = len(recording.calls)
+        # Enter, and the indentation the editor inserts: answered from the held line, no generation.
+        session.send("textDocument/didChange", {
+            "textDocument": {"uri": uri, "version": 2},
+            "contentChanges": [{"range": {"start": {"line": LINE, "character": CHARACTER},
+                                          "end": {"line": LINE, "character": CHARACTER}}, "text": "\n        "}]})
+        assert await session.complete(uri, LINE + 1, 8) == "total -= 1"
+        assert session.stats()["session"]["nextLineServed"] == 1
+        # The first keys typed as suggested: type-through, still no generation.
+        session.send("textDocument/didChange", {
+            "textDocument": {"uri": uri, "version": 3},
+            "contentChanges": [{"range": {"start": {"line": LINE + 1, "character": 8},
+                                          "end": {"line": LINE + 1, "character": 8}}, "text": "tot"}]})
+        assert await session.complete(uri, LINE + 1, 11) == "al -= 1"
+        await asyncio.sleep(0.2)
+        assert session.worker.generations == generations and len(recording.calls) == calls
+    finally:
+        session.close()
+
+
+def test_a_request_cancels_the_rest_and_nothing_after_it_runs():
+    from codecue.server.worker import ModelWorker
+    from harness.jobs import make_job
+    from test_prompt_context import SlowCompleter
+
+    completer = SlowCompleter()
+    config = CompletionConfig(ModelChoice("t"))
+    worker = ModelWorker(config, lambda choice: completer, idle_unload_s=None)
+    try:
+        full = make_job(config, "full", "", kind=JobKind.WARM, background=True, warm_fresh=True)
+        next_line = make_job(config, "slow next line", "", kind=JobKind.NEXT_LINE, background=True, then=full)
+        assert worker.submit(make_job(config, "at a line's end", "", when_idle=next_line)).result(timeout=10)
+        deadline = time.monotonic() + 10
+        while completer.started[-1:] != ["slow next line"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert completer.started == ["at a line's end", "slow next line"]
+        started = time.monotonic()
+        assert worker.submit(make_job(config, "typed on", "")).result(timeout=10).text == "done"
+        assert time.monotonic() - started < 5  # the next line (10 s unless cancelled) gave way at once
+        assert next_line.is_cancelled and next_line.future.result(timeout=5).stop_reason == "cancelled"
+        time.sleep(1.5)  # past the idle wait: the full prompt after the cancelled next line never runs
+        assert completer.started == ["at a line's end", "slow next line", "typed on"]
+        assert full.future.done() and full.future.result() is None
+    finally:
+        worker.shutdown(timeout=5)
+
+
+def test_the_first_key_after_enter_evaluates_only_its_own_tokens_and_output_is_exact(make_completer):
+    """From the line end's cache, a next line prepared there decodes what target-only greedy decodes; the
+    first key typed after Enter evaluates only the newline, indentation and key."""
+    completer = make_completer(draft="target", first_text_ms=0, k=3, draft_mode="hybrid")
+    plain = make_completer(draft=None, first_text_ms=0)
+    request = CompletionRequest.at("file:///s.py", SOURCE + SUFFIX_AFTER, LINE, CHARACTER, "python",
+                                   RequestOptions(max_tokens=24))
+    next_line = prepare(request, CursorInfo("python"), kind=JobKind.NEXT_LINE)
+    spoken = complete_job(completer, next_line, k=3, k_max=3)
+    greedy = complete_job(plain, next_line, k=0, k_max=0)
+    assert spoken.tokens == greedy.tokens  # token for token, with drafting from the same cache state
+    after = CompletionRequest(request.uri, 2, LINE + 1, 9, request.prefix + "\n        t", request.suffix, "python",
+                              RequestOptions(max_tokens=4))
+    result = complete_job(completer, prepare(after, CursorInfo("python")), k=0, k_max=0)
+    assert 0 < result.stats.prefilled_tokens <= completer.count_tokens("\n        t") + 1
