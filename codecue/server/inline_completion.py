@@ -152,11 +152,12 @@ class InlineCompletions:
                     if typed or gen.subscriber is not None:
                         server.stats.adopted += 1
                     return await self._subscribe(gen, request, typed)
-        held = self._from_next_line(request)
-        if held is not None:
+        if request.uri in self.next_lines and (gen is None or gen is not self.next_lines[request.uri]):
             if gen is not None and gen.live:
                 self._cancel(gen)
-            return held
+            held = await self._from_next_line(request)
+            if held is not None:
+                return held
         if gen is not None and gen.live:
             self._cancel(gen)
         info = server.hooks.cursor(request.uri, request.language_id, request.line, request.character)
@@ -208,54 +209,77 @@ class InlineCompletions:
         server = self.server
         chain: list[GenerationJob] = [first] if first is not None else []
         if request.at_line_end:
-            chain.append(self._next_line_job(request, info, context))
+            chain.append(self._next_line_job(request, info, context, hold=True))
         warm = prepare(request, info, kind=JobKind.WARM, extra_context=context)
         chain.append(GenerationJob(server.completion_config, warm, background=True, warm_fresh=True,
                                    label=f"full prompt {request.uri}:{request.line}:{request.character}"))
         if request.at_line_end:
-            chain.append(self._next_line_job(request, info, context))
+            chain.append(self._next_line_job(request, info, context, hold=False))
         for job, follower in zip(chain, chain[1:], strict=False):
             job.then = follower
         return chain[0]
 
-    def _next_line_job(self, request: CompletionRequest, info: CursorInfo,
-                       context: list[tuple[str, str]]) -> GenerationJob:
-        """The line after ``request``'s line, as if Enter were pressed at its end: held when done."""
+    def _next_line_job(self, request: CompletionRequest, info: CursorInfo, context: list[tuple[str, str]], *,
+                       hold: bool) -> GenerationJob:
+        """The line after ``request``'s line, as if Enter were pressed at its end: held per document, and
+        joined by Enter while it is still being generated."""
         server = self.server
         loop = asyncio.get_running_loop()
         held = Generation(request.prefix, request.suffix, info, state="running")
+
+        def on_text(text: str) -> None:  # worker thread
+            _call_soon(loop, self._on_text, held, text)
+
         job = GenerationJob(server.completion_config, prepare(request, info, kind=JobKind.NEXT_LINE,
                                                               extra_context=context),
-                            background=True, on_round=server.hooks.observer(info),
+                            background=True, on_round=server.hooks.observer(info), on_text=on_text,
                             label=f"next line {request.uri}:{request.line}")
         held.job = job
         job.future.add_done_callback(lambda f: _call_soon(loop, self._on_next_line, request.uri, held, f))
+        if hold:  # held from the start: Enter while it runs joins it (_from_next_line)
+            self.next_lines[request.uri] = held
         return job
 
     def _on_next_line(self, uri: str, held: Generation, future: Future[GenerationResult | None]) -> None:
+        if held.subscriber is not None or held.state == "cancelled":  # Enter joined it: answer as any generation
+            self._on_done(held, future)
+            return
         result = None if future.exception() is not None else future.result()
         if result is None or result.stop_reason == "cancelled" or "\n" not in result.text:
+            held.state = "cancelled"
             return
         held.state, held.final = "done", result.text
         self.next_lines[uri] = held
         self.server.stats.next_lines_prepared += 1
 
-    def _from_next_line(self, request: CompletionRequest) -> str | None:
-        """The rest of the next line prepared at a line's end, where what was typed since is Enter (and the
-        indentation the editor inserted, and what the user typed of the suggestion): it becomes the
-        document's generation, which the next keys type through."""
+    async def _from_next_line(self, request: CompletionRequest) -> str | None:
+        """At the place of a next line prepared or being prepared at a line's end, where what was typed since
+        is Enter (with the indentation the editor inserted, and what the user typed of the suggestion): its
+        rest, from the held line, or from the generation when it is still running (the request joins it).
+        It becomes the document's generation, which the next keys type through or join. None elsewhere."""
         held = self.next_lines.get(request.uri)
-        if held is None or held.final is None:
+        if held is None or held.state not in ("running", "done"):
             return None
         typed = typed_since(held.prefix, held.suffix, request.prefix, request.suffix)
-        if not typed or not typed.startswith("\n") or not (held.final.startswith(typed)
-                                                          and len(held.final) > len(typed)):
+        if not typed or not typed.startswith("\n"):
             return None
+        if held.state == "done":
+            final = held.final or ""
+            if not (final.startswith(typed) and len(final) > len(typed)):
+                return None
+            self.active[request.uri] = held
+            self.server.stats.next_line_served += 1
+            rest = final[len(typed):]
+            self._send(request, rest, done=True)
+            return rest
+        if held.job is None or not self.server.worker.is_running(held.job) or not (
+                held.text.startswith(typed) or typed.startswith(held.text)):
+            return None  # not running (queued, or dropped with the rest): the request gets its own
+        if held.job is not None:
+            held.job.then = None  # the rest of the old place's chain: the user has left it
         self.active[request.uri] = held
         self.server.stats.next_line_served += 1
-        rest = held.final[len(typed):]
-        self._send(request, rest, done=True)
-        return rest
+        return await self._subscribe(held, request, typed)
 
     def _cancel(self, gen: Generation, superseded: bool = True) -> None:
         gen.state = "cancelled"

@@ -43,9 +43,9 @@ log = logging.getLogger(__name__)
 # cache replaced, and waits for the step being evaluated.
 REFINE_AFTER_S = 1.0
 # The next line at a line's end, from what the cache holds: sooner, since a keystroke arriving during it
-# waits for one round at most and finds its prompt still cached; long enough that a typist's next key
-# (a few per second) usually comes first.
-NEXT_LINE_AFTER_S = 0.3
+# waits for one round at most and finds its prompt still cached, and Enter joins it while it runs; long
+# enough that keys typed in a row (a few a second) seldom start it.
+NEXT_LINE_AFTER_S = 0.15
 
 
 CompleterFactory = Callable[[CompletionConfig], "Completer"]
@@ -241,6 +241,10 @@ class ModelWorker:
             waiting.future.set_result(None)
         if self._running is not None and dropped(self._running):
             self._running.cancel()
+
+    def is_running(self, job: GenerationJob) -> bool:
+        """Whether ``job`` is the one the worker runs now."""
+        return self._running is job
 
     @property
     def loaded(self) -> CompletionConfig | None:
