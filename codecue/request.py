@@ -30,8 +30,8 @@ class JobKind(enum.Enum):
     """What a job asks of the model worker, once the models it needs are loaded."""
 
     COMPLETE = "complete"  # generate a completion at the cursor: the result is a GenerationResult
-    #: generate what follows the cursor's line as if Enter were pressed at its end (the next line, held
-    #: for Enter and the indentation the editor inserts): the result is a GenerationResult
+    #: at a line's end, generate the line after it as if Enter were pressed (at the start of a new line,
+    #: held for Enter and the indentation the editor inserts): the result is a GenerationResult
     NEXT_LINE = "next-line"
     WARM = "warm"  # only evaluate the prompt into the caches: the result is None
     LOAD = "load"  # only load the models (an editor just connected): the result is None
@@ -114,7 +114,10 @@ def prepare(request: CompletionRequest, cursor: CursorInfo, *, kind: JobKind = J
             extra_context: Sequence[tuple[str, str]] = ()) -> PreparedJob:
     """The job for ``request``: its stop rule from the cursor's syntax (a completion stops where the
     statement or block is complete, else at a blank line, and where it starts repeating the code after
-    the cursor; a next line stops at that line's end)."""
+    the cursor). A next line is prepared at the start of a new line after the cursor's (the newline
+    inserted, no indentation: the model writes it) and stops at that line's end."""
+    if kind is JobKind.NEXT_LINE:
+        request = replace(request, prefix=request.prefix + "\n")
     return PreparedJob(kind, request.prefix, request.suffix, tuple(extra_context), request.path, request.options,
                        cursor.language, cursor.context_class, stop_rule(kind, request, cursor))
 

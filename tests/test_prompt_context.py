@@ -100,6 +100,9 @@ def test_a_line_enter_and_the_next_lines_first_key_extend_one_prompt(tiny_tokeni
     first_key = build_fim_prompt(tiny_tokenizer, "import os\n\ndef f(x):\n    y = x * 2\n    r", suffix, budget)
     assert first_key[: len(at_line_end)] == at_line_end
     assert len(first_key) - len(at_line_end) <= 3  # the newline, the indentation and the key
+    # The next line prepared at a new line's start (before its indentation) is on the same way.
+    new_line = build_fim_prompt(tiny_tokenizer, "import os\n\ndef f(x):\n    y = x * 2\n", suffix, budget)
+    assert new_line[: len(at_line_end)] == at_line_end and first_key[: len(new_line)] == new_line
     # The middle holds at most MIDDLE_LINES lines: in a long paragraph the suffix is evaluated again once
     # in that many lines, not at every one.
     lines = [f"v{i} = {i}" for i in range(MIDDLE_LINES + 2)]

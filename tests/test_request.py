@@ -29,7 +29,7 @@ class Recording:
     """A completer that records what each job hands it, and answers with the real tiny completer's
     evaluation; a next line's text is scripted (a random tiny model rarely writes a newline)."""
 
-    def __init__(self, inner: Any, next_line: str = "\n        total -= 1") -> None:
+    def __init__(self, inner: Any, next_line: str = "        total -= 1") -> None:
         self.inner, self.next_line = inner, next_line
         self.calls: list[tuple[str, str, str, dict[str, Any]]] = []  # (what, prefix, suffix, kwargs)
         self.lock = threading.Lock()
@@ -173,13 +173,13 @@ async def test_every_caller_prepares_the_same_prompt_and_stop(source_file, make_
     assert cli.kind is JobKind.COMPLETE and (cli.language, cli.context_class) == (speed.language, speed.context_class)
 
 
-def test_a_next_line_stops_at_the_end_of_the_line_after_the_cursors():
-    assert next_line_stop("\n    return x\n    y") == len("\n    return x")
-    assert next_line_stop("\n\n    return x\n") == len("\n\n    return x")  # a blank line first: the next with text
-    assert next_line_stop(")\n    x = 1") is None  # the next line is not complete yet
-    rule = StopRule.at_cursor(None, "def f():\n    x = 1", "\n", next_line=True)
+def test_a_next_line_stops_at_the_end_of_its_first_line_with_text():
+    assert next_line_stop("    return x\n    y") == len("    return x")
+    assert next_line_stop("\n    return x\n") == len("\n    return x")  # a blank line first: the next with text
+    assert next_line_stop("    x = 1") is None  # not complete yet
+    rule = StopRule.at_cursor(None, "def f():\n    x = 1\n", "\n", next_line=True)
     assert rule.next_line and rule.scope is None and not rule.blank_line
-    assert predicate_for(rule)("\n    y = 2\n    z") == len("\n    y = 2")
+    assert predicate_for(rule)("    y = 2\n    z") == len("    y = 2")
 
 
 def test_prepare_gives_each_kind_its_stop():
@@ -187,7 +187,8 @@ def test_prepare_gives_each_kind_its_stop():
     assert request.at_line_end
     cursor = CursorInfo("python")
     assert prepare(request, cursor).stop_rule == StopRule.at_cursor(None, request.prefix, request.suffix)
-    assert prepare(request, cursor, kind=JobKind.NEXT_LINE).stop_rule.next_line
+    next_line = prepare(request, cursor, kind=JobKind.NEXT_LINE)  # at the new line's start, before its indentation
+    assert next_line.stop_rule.next_line and next_line.prefix == request.prefix + "\n"
     assert prepare(request, cursor, kind=JobKind.WARM).stop_rule is None
     off = replace(request, options=RequestOptions(scope_stop=False))
     assert prepare(off, cursor).stop_rule is None

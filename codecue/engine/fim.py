@@ -12,7 +12,7 @@ cached once and survives typing in the current file. The FIM part has one of thr
   end of P, so the whole suffix is evaluated again;
 - ``psm-mid`` (after llama.vim's): ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>L`` where L is what was
   written of the cursor's paragraph up to the cursor (:func:`middle_start`) and P ends before it: typing,
-  Enter and the next line's first characters only append to L, and the suffix stays cached through a
+  a new line and its first characters only append to L, and the suffix stays cached through a
   paragraph's lines. While the cursor's line holds only indentation, it is PSM;
 - ``spm``: ``<|fim_suffix|>S<|fim_prefix|>P<|fim_middle|>`` — typing only appends to P, but the model
   was trained mostly on PSM.
@@ -273,10 +273,12 @@ def build_fim_text(
     prefix_budget = budget.total - max(budget.extra, used_extra) - _token_count(tokenizer, suffix_text)
     if budget.layout == "psm-mid":
         head_end = prefix.rfind("\n") + 1
+        line_head = prefix[head_end:]
+        start = middle_start(prefix, head_end)
         # Only indentation on the cursor's line: it stays in the prefix, as in PSM. After <|fim_middle|> the
         # model would read it as a separate token and add a space of its own (" return" after 8 spaces).
-        if prefix[head_end:].strip():
-            start = middle_start(prefix, head_end)
+        # An empty line after the paragraph's lines (a new line before its indentation) extends the middle.
+        if line_head.strip() or (not line_head and start < head_end):
             middle = prefix[start:]
             middle_tokens = _token_count(tokenizer, middle)
             if middle_tokens < prefix_budget // 2:  # a huge cursor line: plain PSM

@@ -10,7 +10,7 @@ A rule combines up to three cuts, the earliest wins:
   line or literal is complete), or, where no syntax is known, the first blank line after some text;
 - the point where the text starts repeating the code after the cursor
   (:func:`codecue.engine.postprocess.suffix_repeat_cut`);
-- for the line after a line's end (the suggestion held for Enter), the end of that next line.
+- for the line after a line's end (the suggestion held for Enter), the end of that line.
 """
 
 from __future__ import annotations
@@ -41,16 +41,13 @@ def blank_line_stop(text: str) -> int | None:
 
 
 def next_line_stop(text: str) -> int | None:
-    """Stop at the end of the first line after the cursor's line that holds some text: what Enter at the
-    cursor's line end (and the indentation the editor inserts) is answered with."""
-    start = text.find("\n")
-    while start >= 0:
-        end = text.find("\n", start + 1)
-        if end < 0:
-            return None
-        if text[start + 1 : end].strip():
+    """Stop at the end of the first line that holds some text: a completion at a new line's start (the line
+    prepared for Enter) is that line."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        if text[start:end].strip():
             return end
-        start = end
+        start = end + 1
     return None
 
 
@@ -85,14 +82,14 @@ class StopRule:
     scope: ScopeRule | None = None
     blank_line: bool = False  # stop at the first blank line after some text
     suffix_repeat: SuffixRepeat | None = None
-    next_line: bool = False  # stop at the end of the line after the cursor's (:func:`next_line_stop`)
+    next_line: bool = False  # stop at the end of the first line with text (:func:`next_line_stop`)
 
     @classmethod
     def at_cursor(cls, scope: ScopeRule | None, prefix: str | None = None, suffix: str = "", *,
                   next_line: bool = False) -> StopRule:
         """The syntax's stop, else the first blank line; with ``prefix``, also where the text starts
         repeating ``suffix`` (what the language server and ``codecue complete`` stop at). ``next_line``:
-        the end of the next line instead of the syntax's stop or a blank line."""
+        the end of the first line with text instead of the syntax's stop or a blank line."""
         repeat = SuffixRepeat.around(prefix, suffix) if prefix is not None else None
         if next_line:
             return cls(suffix_repeat=repeat, next_line=True)

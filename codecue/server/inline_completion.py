@@ -152,6 +152,10 @@ class InlineCompletions:
                     if typed or gen.subscriber is not None:
                         server.stats.adopted += 1
                     return await self._subscribe(gen, request, typed)
+        held_line = self.next_lines.get(request.uri)
+        if held_line is not None and log.isEnabledFor(logging.DEBUG):
+            log.debug("%s@%d: the next line %s %r", request.uri, request.version, held_line.state,
+                      held_line.final if held_line.state == "done" else held_line.text)
         if request.uri in self.next_lines and (gen is None or gen is not self.next_lines[request.uri]):
             if gen is not None and gen.live:
                 self._cancel(gen)
@@ -179,7 +183,7 @@ class InlineCompletions:
                                server.prompt_budget, server.imports, server.workspace_roots)
 
     def _start(self, gen: Generation, request: CompletionRequest, background: bool = False,
-               kind: JobKind = JobKind.COMPLETE) -> None:
+               then: GenerationJob | None = None) -> None:
         if gen.state != "pending":
             return
         server = self.server
@@ -191,8 +195,8 @@ class InlineCompletions:
 
         context = self._context(request.uri, request.language_id, request.prefix, request.suffix)
         rest = None if background or not server.options.work_ahead else self._rest(request, info, context)
-        job = GenerationJob(server.completion_config, prepare(request, info, kind=kind, extra_context=context),
-                            background=background, when_idle=rest, on_round=server.hooks.observer(info),
+        job = GenerationJob(server.completion_config, prepare(request, info, extra_context=context),
+                            background=background, when_idle=rest, then=then, on_round=server.hooks.observer(info),
                             on_text=on_text, label=f"{request.uri}@{request.version}")
         gen.job = job
         gen.state = "running"
@@ -225,15 +229,14 @@ class InlineCompletions:
         joined by Enter while it is still being generated."""
         server = self.server
         loop = asyncio.get_running_loop()
-        held = Generation(request.prefix, request.suffix, info, state="running")
+        prepared = prepare(request, info, kind=JobKind.NEXT_LINE, extra_context=context)
+        held = Generation(prepared.prefix, prepared.suffix, info, state="running")
 
         def on_text(text: str) -> None:  # worker thread
             _call_soon(loop, self._on_text, held, text)
 
-        job = GenerationJob(server.completion_config, prepare(request, info, kind=JobKind.NEXT_LINE,
-                                                              extra_context=context),
-                            background=True, on_round=server.hooks.observer(info), on_text=on_text,
-                            label=f"next line {request.uri}:{request.line}")
+        job = GenerationJob(server.completion_config, prepared, background=True, on_round=server.hooks.observer(info),
+                            on_text=on_text, label=f"next line {request.uri}:{request.line}")
         held.job = job
         job.future.add_done_callback(lambda f: _call_soon(loop, self._on_next_line, request.uri, held, f))
         if hold:  # held from the start: Enter while it runs joins it (_from_next_line)
@@ -245,7 +248,8 @@ class InlineCompletions:
             self._on_done(held, future)
             return
         result = None if future.exception() is not None else future.result()
-        if result is None or result.stop_reason == "cancelled" or "\n" not in result.text:
+        log.debug("next line at %s: %r", held.job.prepared.path if held.job else "?", result and result.text)
+        if result is None or result.stop_reason == "cancelled" or not result.text.strip():
             held.state = "cancelled"
             return
         held.state, held.final = "done", result.text
@@ -253,15 +257,15 @@ class InlineCompletions:
         self.server.stats.next_lines_prepared += 1
 
     async def _from_next_line(self, request: CompletionRequest) -> str | None:
-        """At the place of a next line prepared or being prepared at a line's end, where what was typed since
-        is Enter (with the indentation the editor inserted, and what the user typed of the suggestion): its
-        rest, from the held line, or from the generation when it is still running (the request joins it).
-        It becomes the document's generation, which the next keys type through or join. None elsewhere."""
+        """After Enter at a line's end where the next line is prepared or being prepared (the indentation the
+        editor inserted and what the user typed of the suggestion count as typed into it): its rest, from
+        the held line, or from the generation when it is still running (the request joins it). It becomes
+        the document's generation, which the next keys type through or join. None elsewhere."""
         held = self.next_lines.get(request.uri)
         if held is None or held.state not in ("running", "done"):
             return None
         typed = typed_since(held.prefix, held.suffix, request.prefix, request.suffix)
-        if not typed or not typed.startswith("\n"):
+        if typed is None:
             return None
         if held.state == "done":
             final = held.final or ""
@@ -428,9 +432,12 @@ class InlineCompletions:
         ahead = Generation(prefix, gen.suffix, info)
         self.active[uri] = ahead
         self.server.stats.prefetched += 1
-        # A suggestion that ended a line: what comes next is the line after it, as at a rest there.
-        self._start(ahead, request, background=True,
-                    kind=JobKind.NEXT_LINE if request.at_line_end else JobKind.COMPLETE)
+        # A suggestion that ended a line: then the line after it, as at a rest there.
+        then = None
+        if request.at_line_end and self.server.options.work_ahead:
+            then = self._next_line_job(request, info, self._context(uri, doc.language_id, prefix, gen.suffix),
+                                       hold=True)
+        self._start(ahead, request, background=True, then=then)
 
     def warm(self, uri: str, line: int = 0, character: int = 0) -> None:
         """Evaluate the full prompt for a place in ``uri`` into the caches while the models are idle (a

@@ -468,6 +468,7 @@ class ModelWorker:
             job = self._next_job()
             if job is None:
                 return
+            started = time.perf_counter()
             try:
                 if job.is_cancelled:
                     job.future.set_result(None)
@@ -511,6 +512,8 @@ class ModelWorker:
                 if not job.future.done():
                     job.future.set_exception(exc)
             finally:
+                log.debug("%s %s: %.0f ms%s", job.kind.value, job.label, (time.perf_counter() - started) * 1e3,
+                          " (cancelled)" if job.is_cancelled else "")
                 close_rounds = getattr(job.on_round, "close", None)  # a RoundJoiner holds the last run open
                 if close_rounds is not None:
                     close_rounds()
