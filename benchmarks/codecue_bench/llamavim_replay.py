@@ -280,6 +280,75 @@ async def _enter(server: LlamaServer, client: LlamaVimClient, text: str, filenam
                            "text": e.shown_text} for e in events]}
 
 
+async def _line_flow(server: LlamaServer, client: LlamaVimClient, text: str, filename: str, *, places: int,
+                     typed_keys: int, interval_s: float, rest_s: float, timeout_s: float) -> dict[str, Any]:
+    """The CodeCue line flow (:func:`codecue_bench.replay._line_flow`) through llama.vim: at each place the
+    buffer entered with the line's successor removed, the cursor ``typed_keys`` characters before the
+    line's end, those typed, a rest, Enter with the next line's indentation, the next key."""
+    lines = text.split("\n")
+    enters: list[VimEvent] = []
+    nexts: list[VimEvent] = []
+    per_place: list[dict[str, Any]] = []
+    for line_no in sorted(enter_lines(text, places)):
+        line, removed = lines[line_no], lines[line_no + 1]
+        cut = max(len(line) - len(line.lstrip()), len(line) - typed_keys)
+        rest = lines[line_no + 2:]
+        start = sum(len(x) + 1 for x in lines[:line_no])
+        doc = "\n".join([*lines[:line_no], line[:cut], *rest])
+        vim = VimSession(client, server, filename, doc, start + cut)
+        client.buffer_entered(vim.lines, vim.row, filename)
+        vim.start_ring_updates()
+        vim.moved(doc, start + cut, None)  # the cursor comes to the place
+        await asyncio.sleep(rest_s)
+        for n in range(cut, len(line)):
+            doc = "\n".join([*lines[:line_no], line[: n + 1], *rest])
+            vim.moved(doc, start + n + 1, VimEvent(n, line[n], time.perf_counter(), interval_s))
+            await asyncio.sleep(interval_s)
+        await asyncio.sleep(max(0.0, rest_s - interval_s))
+        indent = removed[: len(removed) - len(removed.lstrip())]
+        doc = "\n".join([*lines[:line_no], line, indent, *rest])
+        enter = VimEvent(line_no, "\n", time.perf_counter(), interval_s)
+        vim.moved(doc, start + len(line) + 1 + len(indent), enter)
+        await _shown_or_settled(vim, enter, timeout_s)
+        await asyncio.sleep(interval_s)
+        key = removed.lstrip()[:1] or " "
+        doc = "\n".join([*lines[:line_no], line, indent + key, *rest])
+        next_key = VimEvent(line_no, key, time.perf_counter(), interval_s)
+        vim.moved(doc, start + len(line) + 2 + len(indent), next_key)
+        await _shown_or_settled(vim, next_key, timeout_s)
+        await vim.settle(timeout_s)
+        await vim.close()
+        enters.append(enter)
+        nexts.append(next_key)
+        shown = (enter.shown_text or "").split("\n", 1)[0].rstrip()
+        per_place.append({"line": line_no, "enter_ms": enter.first_text_ms(), "enter_shown_ms": enter.final_ms(),
+                          "next_key_ms": next_key.first_text_ms(), "shown": enter.shown_text,
+                          "removed": removed.strip(), "exact": shown.strip() == removed.strip()})
+    return {"places": len(enters), "enter_first_text_ms": summarize([e.first_text_ms() for e in enters]),
+            "enter_shown_ms": summarize([e.final_ms() for e in enters]),
+            "next_key_first_text_ms": summarize([e.first_text_ms() for e in nexts]),
+            "enter_exact": sum(p["exact"] for p in per_place), "per_place": per_place}
+
+
+async def _shown_or_settled(vim: VimSession, event: VimEvent, timeout_s: float) -> None:
+    deadline = time.perf_counter() + timeout_s
+    while event.final is None and time.perf_counter() < deadline and not (vim.job is None and vim.timer is None):
+        await asyncio.sleep(0.01)
+
+
+def run_llama_vim_line_flow(file: str | Path, server: LlamaServer, *, places: int = 8, typed_keys: int = 10,
+                            interval_ms: float = 150.0, rest_ms: float = 1000.0, max_tokens: int = 32,
+                            timeout_s: float = 120.0) -> dict[str, Any]:
+    """The line flow through llama.vim's client to ``server``, greedy (``top_k`` 1), ``n_predict`` =
+    ``max_tokens``, one llama.vim across the places (its cache and ring carry over)."""
+    path = Path(file)
+    text = path.read_text(encoding="utf-8")
+    client = LlamaVimClient(server, greedy=True, n_predict=max_tokens, seed=0)
+    report = asyncio.run(_line_flow(server, client, text, path.name, places=places, typed_keys=typed_keys,
+                                    interval_s=interval_ms / 1e3, rest_s=rest_ms / 1e3, timeout_s=timeout_s))
+    return {"server": server.config.label, "flags": list(server.config.flags), "max_tokens": max_tokens, **report}
+
+
 def run_llama_vim_replay(file: str | Path, server: LlamaServer, *, keystrokes: int = 40, interval_ms: float = 150.0,
                          pause_ms: float = 700.0, max_tokens: int = 32, places: int = 6,
                          enter_pause_ms: float = JUMP_PAUSE_MS, settle_s: float = 60.0, timeout_s: float = 120.0,

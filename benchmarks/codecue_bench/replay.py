@@ -104,11 +104,20 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     meta = report_meta("replay", args.typed_argv, planned_models(config, peer=args.llama_vim))
     if args.line_flow:
+        if args.llama_vim:
+            llama_vim_target(config)  # fail before the long part when the peer cannot run
         with contextlib.closing(load_models(config)) as models:
             flow = run_line_flow(args.file, models, places=args.line_flow, interval_ms=args.interval_ms,
                                  rest_ms=args.rest_ms, max_tokens=args.max_tokens)
         print(json.dumps({k: v for k, v in flow.items() if k != "per_place"}, indent=1))
-        write_report(args.json_out, meta, {"line_flow": flow})
+        report = {"line_flow": flow}
+        write_report(args.json_out, meta, report)
+        if args.llama_vim:
+            report["llama_vim_line_flow"] = run_llama_vim_peer_line_flow(
+                args.file, config, places=args.line_flow, interval_ms=args.interval_ms, rest_ms=args.rest_ms,
+                max_tokens=args.max_tokens)
+            print(json.dumps({k: v for k, v in report["llama_vim_line_flow"].items() if k != "per_place"}, indent=1))
+            write_report(args.json_out, meta, report)
         return 0
     if args.llama_vim:
         llama_vim_target(config)  # fail before the long part when the peer cannot run
@@ -164,6 +173,19 @@ def run_llama_vim_peer(file: str | Path, config: CompletionConfig, **kwargs: Any
         report = run_llama_vim_replay(file, server, **kwargs)
     report["file"] = report_path(file)
     return report
+
+def run_llama_vim_peer_line_flow(file: str | Path, config: CompletionConfig, **kwargs: Any) -> dict[str, Any]:
+    """The line flow through llama.vim's client to llama-server on the configured target (after CodeCue's
+    models are gone)."""
+    from codecue_bench.llama_server import LlamaServer
+    from codecue_bench.llamavim import SERVER_N_CTX, llama_vim_server_config
+    from codecue_bench.llamavim_replay import run_llama_vim_line_flow  # it builds on this module
+
+    with LlamaServer(llama_vim_server_config(llama_vim_target(config)), n_ctx=SERVER_N_CTX) as server:
+        report = run_llama_vim_line_flow(file, server, **kwargs)
+    report["file"] = report_path(file)
+    return report
+
 
 PAUSE_AFTER = set(" \n\t.,:;()[]{}")
 LANGUAGE_IDS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript",
