@@ -138,7 +138,7 @@ def test_typing_on_cancels_the_stale_suggestion(start, tmp_path, native):
 
 @pytest.mark.parametrize("native", engines())
 def test_accept_line_then_accept_all_insert_exactly_the_suggestion(start, tmp_path, native):
-    nvim, _ = start(native)
+    nvim, log = start(native)
     open_python(nvim, tmp_path)
     nvim.type("i" + TYPED)
     nvim.wait_for(lambda: nvim.visible() == COMPLETION, "the completion")
@@ -156,6 +156,13 @@ def test_accept_line_then_accept_all_insert_exactly_the_suggestion(start, tmp_pa
     nvim.type("<M-l>")  # accept all
     nvim.wait_for(lambda: nvim.text() == SCRIPT[: at + MAX_CHARS], "exactly the suggestion accepted")
     assert nvim.mode() == "i"
+    # Each accept told the server what it took (codecue/accepted), for its counts.
+    def accepts() -> list[dict[str, Any]] | None:
+        found = [e for e in read_log(log) if e["event"] == "accepted"]
+        return found if len(found) >= 2 else None
+
+    accepts = nvim.wait_for(accepts, "the accepts reported")
+    assert [(e["kind"], e["characters"]) for e in accepts] == [("line", len("d(a, b):")), ("whole", len(following))]
 
 
 @pytest.mark.parametrize("native", engines())

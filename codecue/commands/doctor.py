@@ -150,6 +150,9 @@ def run(args: argparse.Namespace) -> int:
     from codecue.tuning.serving import what_serves
 
     report["serves"] = what_serves(config_from_args(args))
+    from codecue.acceptance import load_counts
+
+    report["suggestions"] = load_counts().to_json()
     if args.json:
         print(json.dumps(report))
         return 0
@@ -180,4 +183,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"chosen     {plan.chosen.label}: {plan.reason}")
     serves = report["serves"]
     print(f"serves     {serves['runtime']}: target {serves['target']}, draft {serves['draft'] or 'none'}")
+    _print_suggestions(report["suggestions"])
     return 0
+
+
+def _print_suggestions(suggestions: dict[str, dict[str, Any]]) -> None:
+    """Suggestions shown and accepted on this machine, per language and context class."""
+    if not suggestions:
+        print("accepted   nothing counted yet (the editor clients report accepts to the server)")
+        return
+    print("accepted   (suggestions shown; accepted whole / line / word; characters accepted)")
+    for language, classes in suggestions.items():
+        for context_class, c in classes.items():
+            taken = c["accepted"]
+            rate = sum(taken.values()) / c["shown"] if c["shown"] else 0.0
+            print(f"  {language:<12} {context_class:<22} shown {c['shown']:>5}  accepted {taken['whole']}/"
+                  f"{taken['line']}/{taken['word']} ({rate:.0%})  {c['acceptedCharacters']} characters")

@@ -33,6 +33,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from codecue.document import PositionError, typed_since
 from codecue.engine.postprocess import streamable
 from codecue.request import CompletionRequest, CursorInfo, JobKind, RequestOptions, prepare
+from codecue.server import accepted
 from codecue.server.prompt import project_context
 from codecue.server.stats import CancelRecord
 from codecue.server.streaming import partial_params, send_partial
@@ -490,6 +491,11 @@ class InlineCompletions:
         if self.warming is job:
             self.warming, self.warming_at = None, None
 
+    def shown_at(self, uri: str) -> CursorInfo | None:
+        """The cursor of the document's latest suggestion (the one an accept takes), if any."""
+        gen = self.active.get(uri)
+        return gen.info if gen is not None else None
+
     # -- lifecycle -----------------------------------------------------------------------------------
     def forget(self, uri: str) -> None:
         self.next_lines.pop(uri, None)
@@ -520,4 +526,6 @@ def register(server: CodeCueServer) -> None:
         text = await server.completions.complete(request)
         if text is None:
             return []
+        if text:
+            accepted.record_shown(server, request.uri)
         return make_items(text, request.line, request.character)

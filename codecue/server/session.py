@@ -19,13 +19,14 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from codecue import __version__ as codecue_version
+from codecue.acceptance import AcceptanceCounts
 from codecue.context.chunks import ChunkPool
 from codecue.context.imports import ImportedFiles
 from codecue.document import DocumentStore, file_path
 from codecue.engine.fim import PromptBudget, prompt_budget
 from codecue.errors import CodeCueError
 from codecue.models.config import CompletionConfig
-from codecue.server import inline_completion, lifecycle, stats, text_sync
+from codecue.server import accepted, inline_completion, lifecycle, stats, text_sync
 from codecue.server.context_hooks import ContextHooks
 from codecue.server.inline_completion import InlineCompletions
 from codecue.server.jsonrpc import REQUEST_FAILED, MsgId
@@ -140,6 +141,7 @@ class CodeCueServer(LanguageServer):
         self.options = ServerOptions()
         self.documents = DocumentStore()
         self.stats = SessionStats()
+        self.acceptance = AcceptanceCounts()  # this session's suggestions shown and accepted
         self.hooks = ContextHooks(worker.k_policy)
         self.completions = InlineCompletions(self)
         self.chunks = ChunkPool()  # project context: chunks of the documents this editor gave us
@@ -150,7 +152,7 @@ class CodeCueServer(LanguageServer):
         self.closing = False
         self.exit_code: int | None = None
         self._warned: set[str] = set()
-        for feature in (lifecycle, text_sync, inline_completion, stats):
+        for feature in (lifecycle, text_sync, inline_completion, stats, accepted):
             feature.register(self)
 
     @property

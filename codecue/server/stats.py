@@ -172,8 +172,12 @@ class SessionStats:
 
 
 def stats_result(server: CodeCueServer) -> dict[str, Any]:
+    from codecue.server.accepted import shared_store
+
     result = server.stats.snapshot()
     result["worker"] = server.worker.status()
+    # per language, per context class: {"shown", "accepted": {"whole", "line", "word"}, "acceptedCharacters"}
+    result["suggestions"] = {"session": server.acceptance.to_json(), "machine": shared_store().counts.to_json()}
     return result
 
 

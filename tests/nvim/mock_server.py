@@ -8,7 +8,7 @@ user is expected to type. While the document's text before the cursor is a prefi
 completion is the script's next characters (a perfect model); elsewhere it is a canned line that depends on
 the cursor offset, so a stale suggestion is told apart from a fresh one.
 
-Every request, cancellation, answer and ``codecue/cursorMoved`` is appended to ``--log`` as one JSON object a line, so tests can
+Every request, cancellation, answer, ``codecue/cursorMoved`` and ``codecue/accepted`` is appended to ``--log`` as one JSON object a line, so tests can
 assert what the server saw.
 """
 
@@ -161,6 +161,10 @@ def build_server(options: argparse.Namespace) -> MockCodeCueServer:
     def on_cursor_moved(ls: MockCodeCueServer, params: Any) -> None:
         ls.log_event(event="cursorMoved", uri=params.textDocument.uri, line=params.position.line,
                      character=params.position.character, time=time.time())
+
+    @server.feature("codecue/accepted")
+    def on_accepted(ls: MockCodeCueServer, params: Any) -> None:
+        ls.log_event(event="accepted", uri=params.textDocument.uri, kind=params.kind, characters=params.characters)
 
     @server.feature(STATS_METHOD)
     def on_stats(ls: MockCodeCueServer, params: Any) -> dict[str, Any]:

@@ -6,8 +6,8 @@
 import * as vscode from 'vscode';
 import { LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind } from 'vscode-languageclient/node';
 import { CursorMovedNotifier } from './cursor';
-import { CURSOR_MOVED, PARTIAL_COMPLETION, STATS, StatsResult } from './protocol';
-import { InlineCompletionController, readerFor } from './provider';
+import { ACCEPTED, CURSOR_MOVED, PARTIAL_COMPLETION, STATS, StatsResult } from './protocol';
+import { ACCEPTED_COMMAND, InlineCompletionController, readerFor } from './provider';
 import { Refresher } from './refresh';
 import { Settings, documentSelector, initializationOptions, needsRestart, readSettings } from './settings';
 import { statsLines, statusText } from './stats';
@@ -147,6 +147,21 @@ async function stopClient(): Promise<void> {
   }
 }
 
+/** Accept a word or a line of the suggestion (VS Code's own command) and tell the server how much was taken. */
+async function acceptPart(kind: 'word' | 'line', action: 'acceptNextWord' | 'acceptNextLine'): Promise<void> {
+  const editor = vscode.window.activeTextEditor;
+  const before = editor ? editor.document.offsetAt(editor.selection.active) : undefined;
+  await vscode.commands.executeCommand(`editor.action.inlineSuggest.${action}`);
+  if (!editor || before === undefined) {
+    return;
+  }
+  const characters = editor.document.offsetAt(editor.selection.active) - before;
+  if (characters > 0) {
+    const uri = editor.document.uri.toString();
+    client?.sendNotification(ACCEPTED, { textDocument: { uri }, kind, characters }).catch(() => undefined);
+  }
+}
+
 async function showStats(): Promise<void> {
   const stats = await fetchStats();
   if (!stats) {
@@ -226,12 +241,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       await stopClient();
       await startClient();
     }),
-    vscode.commands.registerCommand('codecue.acceptWord', () =>
-      vscode.commands.executeCommand('editor.action.inlineSuggest.acceptNextWord'),
-    ),
-    vscode.commands.registerCommand('codecue.acceptLine', () =>
-      vscode.commands.executeCommand('editor.action.inlineSuggest.acceptNextLine'),
-    ),
+    vscode.commands.registerCommand(ACCEPTED_COMMAND, (uri: string, kind: string, characters: number) => {
+      client?.sendNotification(ACCEPTED, { textDocument: { uri }, kind, characters }).catch(() => undefined);
+    }),
+    vscode.commands.registerCommand('codecue.acceptWord', () => acceptPart('word', 'acceptNextWord')),
+    vscode.commands.registerCommand('codecue.acceptLine', () => acceptPart('line', 'acceptNextLine')),
     vscode.workspace.onDidCloseTextDocument((document) => controller.forget(document.uri.toString())),
     // Where the cursor comes to rest, after a pause (codecue/cursorMoved).
     vscode.window.onDidChangeTextEditorSelection((event) => {

@@ -9,6 +9,8 @@ export const PARTIAL_COMPLETION = 'codecue/partialCompletion';
 export const STATS = 'codecue/stats';
 /** Client -> server notification `codecue/cursorMoved`: the cursor came to rest there (warm the caches). */
 export const CURSOR_MOVED = 'codecue/cursorMoved';
+/** Client -> server: the user accepted a suggestion (all of it, a line or a word) and how many characters. */
+export const ACCEPTED = 'codecue/accepted';
 
 export interface CursorMovedParams {
   textDocument: { uri: string };

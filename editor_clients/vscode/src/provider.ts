@@ -83,7 +83,7 @@ export class InlineCompletionController {
     // 1. A finished answer, at this position or earlier with the user typing through it.
     const cached = this.cache.lookup(uri, offset, read);
     if (cached !== undefined) {
-      return [new vscode.InlineCompletionItem(cached, new vscode.Range(position, position))];
+      return [acceptable(cached, uri, position)];
     }
 
     // 2. A generation running for this document: show its text so far, minus what was typed since.
@@ -94,10 +94,10 @@ export class InlineCompletionController {
         stream && stream.line === inflight.line && stream.character === inflight.character ? stream.text : '';
       const typed = read(inflight.offset, offset);
       if (inflight.version === document.version && offset === inflight.offset) {
-        return streamed ? [new vscode.InlineCompletionItem(streamed, new vscode.Range(position, position))] : null;
+        return streamed ? [acceptable(streamed, uri, position)] : null;
       }
       if (typed.length < streamed.length && streamed.startsWith(typed)) {
-        return [new vscode.InlineCompletionItem(streamed.slice(typed.length), new vscode.Range(position, position))];
+        return [acceptable(streamed.slice(typed.length), uri, position)];
       }
     }
 
@@ -146,7 +146,7 @@ export class InlineCompletionController {
       this.options.trigger();
       return null;
     }
-    return texts.map((text) => new vscode.InlineCompletionItem(text, new vscode.Range(position, position)));
+    return texts.map((text) => acceptable(text, uri, position));
   }
 
   /** Handler of the `codecue/partialCompletion` notification. */
@@ -195,4 +195,14 @@ export class InlineCompletionController {
     this.partials.clear(uri);
     this.cache.clearDocument(uri);
   }
+}
+
+/** The command VS Code runs when the user accepts a whole suggestion: it tells the server (`codecue/accepted`). */
+export const ACCEPTED_COMMAND = 'codecue.accepted';
+
+/** An item at the cursor whose acceptance (the whole of it) is reported to the server. */
+export function acceptable(text: string, uri: string, position: vscode.Position): vscode.InlineCompletionItem {
+  const item = new vscode.InlineCompletionItem(text, new vscode.Range(position, position));
+  item.command = { command: ACCEPTED_COMMAND, title: 'accepted', arguments: [uri, 'whole', text.length] };
+  return item;
 }

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type * as vscodeTypes from 'vscode';
-import { InlineCompletionController, Next } from '../src/provider';
+import { ACCEPTED_COMMAND, InlineCompletionController, Next, acceptable } from '../src/provider';
 import { PartialCompletionParams } from '../src/protocol';
 import { CancellationTokenSource, InlineCompletionItem, MockTextDocument, Position } from './vscode-mock';
 
@@ -211,5 +211,13 @@ describe('InlineCompletionController', () => {
     expect(server.calls).toHaveLength(2);
     server.calls[1].resolve('d(x)');
     expect(texts(await again)).toEqual(['d(x)']);
+  });
+});
+
+describe('accepts', () => {
+  it('every item tells the server when it is accepted whole, with its length', () => {
+    const item = acceptable('return x', URI, new Position(3, 4) as unknown as vscodeTypes.Position);
+    expect(item.insertText).toBe('return x');
+    expect(item.command).toEqual({ command: ACCEPTED_COMMAND, title: 'accepted', arguments: [URI, 'whole', 8] });
   });
 });

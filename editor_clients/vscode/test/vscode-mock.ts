@@ -21,6 +21,7 @@ export class SnippetString {
 }
 
 export class InlineCompletionItem {
+  command?: { command: string; title: string; arguments?: unknown[] };
   constructor(
     readonly insertText: string | SnippetString,
     readonly range?: Range,

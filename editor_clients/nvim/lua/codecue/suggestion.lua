@@ -132,12 +132,34 @@ function M.take(rest, kind)
   return piece or rest:match('^%s+') or rest
 end
 
---- Insert `text` at the cursor of the current window and put the cursor after it.
+--- Tell the server the user took `text` of a suggestion (`codecue/accepted`): it counts accepts per
+--- language and context class, on this machine.
+---@param bufnr integer
+---@param kind 'all'|'line'|'word'
+---@param text string
+function M.report_accept(bufnr, kind, text)
+  local client = require('codecue.server').client()
+  if not client then
+    return
+  end
+  require('codecue.compat').notify(client, 'codecue/accepted', {
+    textDocument = { uri = vim.uri_from_bufnr(bufnr) },
+    kind = kind == 'all' and 'whole' or kind,
+    characters = vim.fn.strchars(text),
+  })
+end
+
+--- Insert `text` at the cursor of the current window and put the cursor after it; with `kind`, an accept
+--- (reported to the server).
 ---@param bufnr integer
 ---@param text string
-function M.insert(bufnr, text)
+---@param kind? 'all'|'line'|'word'
+function M.insert(bufnr, text, kind)
   if text == '' then
     return
+  end
+  if kind then
+    M.report_accept(bufnr, kind, text)
   end
   local row, col = M.cursor(bufnr)
   if not row then

@@ -195,7 +195,7 @@ function M.accept(bufnr, kind)
     return false
   end
   local part = suggestion.take(rest, kind)
-  suggestion.insert(bufnr, part)
+  suggestion.insert(bufnr, part, kind)
   -- The items stay: what was inserted matches them, so the rest is still drawn (type-through).
   draw_items(bufnr)
   return true

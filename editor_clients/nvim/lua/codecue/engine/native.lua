@@ -189,7 +189,7 @@ function M.accept(bufnr, kind)
         return
       end
       local part = suggestion.take(rest, kind)
-      suggestion.insert(bufnr, part)
+      suggestion.insert(bufnr, part, kind)
       if #part < #rest then
         stream.carry_over(bufnr, rest:sub(#part + 1))
       end

@@ -122,7 +122,7 @@ function M.accept(bufnr, kind)
     return false
   end
   local part = suggestion.take(rest, kind)
-  suggestion.insert(bufnr, part)
+  suggestion.insert(bufnr, part, kind)
   if #part < #rest then
     -- Keep showing the rest; it is still right, since what was just inserted matches it.
     M.refresh(bufnr)
