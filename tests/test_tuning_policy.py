@@ -19,7 +19,7 @@ from codecue.tuning import (
     expected_tokens,
 )
 from codecue.tuning.k_choice import best_k_replay
-from codecue.tuning.policy import Depth
+from codecue.tuning.policy import FALLBACK_K, Depth
 
 
 def brute_force_expected_tokens(alpha: float, k: int) -> float:
@@ -105,14 +105,22 @@ def test_off_switch_at_the_break_even_acceptance() -> None:
 CHEAP = CostModel(draft_cost=0.05, verify_per_token=0.0)
 
 
+def starting_k(language: str, context_class: str) -> int:
+    """Fixed starting depths for the tests of adaptation (the shipped profile's own change when it is tuned)."""
+    return {"comment": 2}.get(context_class, 6)
+
+
 def test_policy_uses_profile_then_defaults() -> None:
     profile = Profile()
     profile.set_entry("python", "call_arguments", ClassProfile(k=7))
+    profile.set_entry("typescript", "import", ClassProfile(k=6))
     policy = KPolicy(profile=profile, costs=CHEAP)
     assert policy.k_for("python", "call_arguments") == 7
-    assert policy.k_for("python", "comment") == 2  # grammars/python/settings.toml
-    assert policy.k_for("typescriptreact", "import") == 6  # LSP id -> the typescript folder
-    assert policy.k_for("klingon", "comment") == 4  # unknown language: a safe default
+    assert policy.k_for("typescriptreact", "import") == 6  # LSP id -> the typescript grammar's entry
+    # A class the profile in use has no entry for: the shipped profile's (default K has one home), else
+    # the one fallback.
+    assert policy.k_for("python", "comment") == default_profile().entry("python", "comment").k
+    assert policy.k_for("klingon", "comment") == FALLBACK_K  # unknown language
 
 
 def _rounds(policy: KPolicy, language: str, context_class: str, alpha: float, k: int, n: int, seed: int) -> None:
@@ -145,7 +153,7 @@ def _completions(policy: KPolicy, language: str, context_class: str, alpha: floa
 
 def test_policy_adapts_to_observed_acceptance() -> None:
     costs = CostModel(draft_cost=0.15, verify_per_token=0.03)
-    policy = KPolicy(costs=costs, settings=PolicySettings(k_max=12, min_rounds=8))
+    policy = KPolicy(costs=costs, settings=PolicySettings(k_max=12, min_rounds=8), default_k=starting_k)
     assert policy.k_for("python", "identifier") == 6  # the default, before any observation
     _completions(policy, "python", "identifier", 0.92, 100, seed=1)
     alpha = policy.acceptance("python", "identifier")
@@ -180,8 +188,8 @@ def test_policy_switches_off_and_reprobes() -> None:
 
 def test_policy_probes_deeper_now_and_then() -> None:
     """A shallow class drafts at k_max once in ``probe_every`` requests, so deeper caps stay measurable."""
-    policy = KPolicy(costs=CHEAP, settings=PolicySettings(k_max=12, probe_every=5))
-    answers = [policy.k_for("python", "comment") for _ in range(10)]  # default K 2 (grammar settings)
+    policy = KPolicy(costs=CHEAP, settings=PolicySettings(k_max=12, probe_every=5), default_k=starting_k)
+    answers = [policy.k_for("python", "comment") for _ in range(10)]  # starting K 2
     assert answers == [2, 2, 2, 2, 12, 2, 2, 2, 2, 12]
     assert policy.current_k("python", "comment") == 2
 

@@ -163,7 +163,7 @@ def test_bad_entries_are_skipped_and_the_rest_kept(tmp_path: Path, caplog: pytes
     assert len(caplog.records) == 6
     policy = KPolicy(profile=profile, costs=CHEAP)
     assert policy.k_for("python", "call_arguments") == 5
-    assert policy.k_for("python", "comment") == 2  # bad entry: the language's default
+    assert policy.k_for("python", "comment") == default_profile().entry("python", "comment").k  # the shipped one
 
 
 def test_policy_load_and_save_round_trip(tmp_path: Path) -> None:

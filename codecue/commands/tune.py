@@ -165,7 +165,7 @@ def format_table(profile: Any, languages: set[str] | None = None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codecue.context.languages import get_grammar
+    from codecue.tuning.policy import fallback_k
     from codecue.tuning.profile import default_profile, dumps_profile, save_profile, user_profile_path
     from codecue.tuning.tuner import build_profile
 
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         costs,
         k_max=args.k_max,
         min_rounds=args.min_rounds,
-        default_k=lambda language, context_class: get_grammar(language).default_k(context_class),
+        default_k=fallback_k,
         base=default_profile(),
         models=models,
         pool_weight=args.pool_weight,

@@ -54,7 +54,6 @@ class GrammarConfigError(CodeCueError):
 
 @dataclass(frozen=True)
 class ClassSettings:
-    k: int
     scope: str
 
 
@@ -150,10 +149,6 @@ class Grammar:
             parser = cache[self.grammar_id] = self.new_parser()
         return parser
 
-    def default_k(self, context_class: str) -> int:
-        settings = self.classes.get(context_class)
-        return settings.k if settings else 4
-
     def scope(self, context_class: str) -> str:
         settings = self.classes.get(context_class)
         return settings.scope if settings else "statement"
@@ -218,14 +213,14 @@ def _parse_classes(raw: Any, where: str) -> dict[str, ClassSettings]:
         if name not in CONTEXT_CLASSES:
             raise GrammarConfigError(f"{where}: unknown context class {name!r}; known: {', '.join(CONTEXT_CLASSES)}")
         if not isinstance(entry, dict):
-            raise GrammarConfigError(f"{where}: classes.{name} must be a table like {{ k = 4, scope = \"line\" }}")
-        k = entry.get("k")
+            raise GrammarConfigError(f"{where}: classes.{name} must be a table like {{ scope = \"line\" }}")
+        if "k" in entry:
+            raise GrammarConfigError(f"{where}: classes.{name}.k: the draft depth K is the K profile's "
+                                     "(codecue/tuning/default_profile.toml), not a grammar's")
         scope = entry.get("scope")
-        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 64:
-            raise GrammarConfigError(f"{where}: classes.{name}.k must be an integer in 0..64")
         if scope not in SCOPES:
             raise GrammarConfigError(f"{where}: classes.{name}.scope must be one of {', '.join(SCOPES)}")
-        classes[name] = ClassSettings(k=k, scope=scope)
+        classes[name] = ClassSettings(scope=scope)
     return classes
 
 

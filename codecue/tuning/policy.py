@@ -42,7 +42,14 @@ from codecue.tuning.k_choice import (
     worth_drafting,
 )
 from codecue.tuning.machine_costs import load_machine_costs
-from codecue.tuning.profile import ClassProfile, Profile, load_profile, save_profile, user_profile_path
+from codecue.tuning.profile import (
+    ClassProfile,
+    Profile,
+    default_profile,
+    load_profile,
+    save_profile,
+    user_profile_path,
+)
 
 
 @dataclass
@@ -87,11 +94,26 @@ class PolicySettings:
         return 0.5 ** (1.0 / self.halflife_rounds)
 
 
-def _grammar_default_k(language: str, context_class: str) -> int:
-    try:
-        return get_grammar(language).default_k(context_class)
-    except CodeCueError:
-        return 4
+#: The depth for a class neither the profile in use nor the shipped one has an entry for (a language
+#: without a grammar, a grammar added without a tuned entry): the middle of the depths the shipped profile
+#: tunes to, where a wrong guess costs least either way until the class's own rounds move it.
+FALLBACK_K = 4
+
+
+def fallback_k(language: str, context_class: str) -> int:
+    """Default K has one home, the shipped profile (``default_profile.toml``): its entry for the class,
+    else :data:`FALLBACK_K`."""
+    entry = _shipped_profile().entry(language, context_class)
+    return entry.k if entry is not None else FALLBACK_K
+
+
+_shipped: list[Profile] = []
+
+
+def _shipped_profile() -> Profile:
+    if not _shipped:
+        _shipped.append(default_profile())
+    return _shipped[0]
 
 
 def _canonical_language(language: str) -> str:
@@ -127,7 +149,7 @@ class KPolicy:
 
     profile: Profile = field(default_factory=Profile)
     settings: PolicySettings = field(default_factory=PolicySettings)
-    default_k: Callable[[str, str], int] = _grammar_default_k
+    default_k: Callable[[str, str], int] = fallback_k
     costs: CostModel | None = None
     ngram_only: bool = False
     #: the runtime served ("llamacpp", "torch+llamacpp", ...): a label for the profile the server saves
