@@ -100,7 +100,8 @@ def test_streams_text_through_the_stop_rules_and_reuses_the_connection(fault, ti
     assert body["stream"] is True and body["temperature"] == 0.0 and body["max_tokens"] == 16
     assert body["model"] == "qwen-coder" and "<|endoftext|>" in body["stop"]
     assert body["prompt"] == completer.build_prompt_text("def add(a, b):\n", "\n")
-    assert body["prompt"].startswith("<|fim_prefix|>") and body["prompt"].endswith("<|fim_middle|>")
+    # A new line after the paragraph's lines: they are the middle so far (the default psm-mid layout).
+    assert body["prompt"].startswith("<|fim_prefix|>") and body["prompt"].endswith("<|fim_middle|>def add(a, b):\n")
     # The client stopped reading early (cut at the blank line) twice, which drops those connections;
     # a completion read to [DONE] keeps its connection for the next request.
     fault.tokens = ["x", "y"]

@@ -88,7 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--line-flow", type=int, default=0, metavar="PLACES",
                         help="instead: at PLACES lines, type the line's last 10 characters, rest --rest-ms, press "
                              "Enter, type the next key (the line's successor removed); times Enter and that key")
-    parser.add_argument("--rest-ms", type=float, default=1000.0, help="--line-flow: the rest at the line's end")
+    parser.add_argument("--rest-ms", type=float, nargs="+", default=None,
+                        help="--line-flow: the rest at the line's end (default 1000); --rest-flow: the rests to "
+                             "compare (default 1000 20000)")
+    parser.add_argument("--rest-flow", type=int, default=0, metavar="PLACES",
+                        help="instead: at PLACES line starts (the line removed), a jump there, a rest of each "
+                             "--rest-ms, the request; against the full prompt evaluated fresh")
     parser.add_argument("--llama-vim", action="store_true",
                         help="then the same keystrokes, pacing and Enter places against llama-server through llama.vim's "
                              "client (llama-server/llama.vim, --cache-reuse 256), side by side (needs llama-server "
@@ -103,18 +108,26 @@ def run(args: argparse.Namespace) -> int:
     peer on the same events (:func:`run_llama_vim_peer`)."""
     config = config_from_args(args)
     meta = report_meta("replay", args.typed_argv, planned_models(config, peer=args.llama_vim))
+    if args.rest_flow:
+        with contextlib.closing(load_models(config)) as models:
+            flow = run_rest_flow(args.file, models, places=args.rest_flow, rests_ms=args.rest_ms or (1000, 20000),
+                                 max_tokens=args.max_tokens)
+        print(json.dumps({k: v for k, v in flow.items() if k != "per_place"}, indent=1))
+        write_report(args.json_out, meta, {"rest_flow": flow})
+        return 0
     if args.line_flow:
+        rest_ms = (args.rest_ms or [1000.0])[0]
         if args.llama_vim:
             llama_vim_target(config)  # fail before the long part when the peer cannot run
         with contextlib.closing(load_models(config)) as models:
             flow = run_line_flow(args.file, models, places=args.line_flow, interval_ms=args.interval_ms,
-                                 rest_ms=args.rest_ms, max_tokens=args.max_tokens)
+                                 rest_ms=rest_ms, max_tokens=args.max_tokens)
         print(json.dumps({k: v for k, v in flow.items() if k != "per_place"}, indent=1))
         report = {"line_flow": flow}
         write_report(args.json_out, meta, report)
         if args.llama_vim:
             report["llama_vim_line_flow"] = run_llama_vim_peer_line_flow(
-                args.file, config, places=args.line_flow, interval_ms=args.interval_ms, rest_ms=args.rest_ms,
+                args.file, config, places=args.line_flow, interval_ms=args.interval_ms, rest_ms=rest_ms,
                 max_tokens=args.max_tokens)
             print(json.dumps({k: v for k, v in report["llama_vim_line_flow"].items() if k != "per_place"}, indent=1))
             write_report(args.json_out, meta, report)
@@ -329,10 +342,11 @@ class _Client:
 
 
 @contextlib.asynccontextmanager
-async def _session(completer: Models, max_tokens: int,
-                   reuse: bool = True) -> AsyncIterator[tuple[Any, _Client]]:
+async def _session(completer: Models, max_tokens: int, reuse: bool = True, root_uri: str | None = None,
+                   options: dict[str, Any] | None = None) -> AsyncIterator[tuple[Any, _Client]]:
     """A language server on ``completer`` (which stays the caller's) and an initialized client, over a
-    socket pair."""
+    socket pair; ``root_uri``: the workspace folder (project context from imports), ``options`` more
+    initializationOptions."""
     # Costs are measured once per machine and pair, in idle time; a replay times keystrokes, so it leaves
     # that to the server (a measurement in a pause would delay the keystroke after it by one timed pass).
     # The sessions decode as the models were loaded to: the worker passes their settings to every request.
@@ -345,8 +359,9 @@ async def _session(completer: Models, max_tokens: int,
     serving = asyncio.create_task(serve_session(server, s_reader, s_writer))
     client = _Client(c_reader, c_writer)
     try:
-        _, init = client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                                "initializationOptions": {"maxTokens": max_tokens}})
+        _, init = client.request("initialize", {"processId": None, "rootUri": root_uri, "capabilities": {},
+                                                "initializationOptions": {"maxTokens": max_tokens,
+                                                                          **(options or {})}})
         await asyncio.wait_for(init, 60)
         yield server, client
     finally:
@@ -552,6 +567,60 @@ async def _line_flow(completer: Models, text: str, uri: str, language_id: str, *
             "enter_exact": sum(p["exact"] for p in per_place),
             "next_lines_prepared": session["nextLinesPrepared"], "next_line_served": session["nextLineServed"],
             "per_place": per_place}
+
+
+async def _rest_flow(completer: Models, text: str, uri: str, language_id: str, *, places: int, rests_s: Sequence[float],
+                     max_tokens: int, timeout_s: float) -> dict[str, Any]:
+    """At ``places`` line starts of the file, each with its line removed (the cursor at its indentation), as
+    the clients do after a jump: open, ``codecue/cursorMoved``, rest, request, for each rest in ``rests_s``
+    (a fresh session each, the models' caches as the one before left them); then the same request in a
+    session that evaluates the full prompt fresh every time (``reuse`` off, ``firstTextMs`` 0): what a
+    rest long enough should show."""
+    lines = text.split("\n")
+    root = uri.rsplit("/", 2)[0]  # the workspace: the file's package and its siblings (imports resolve there)
+    per_place: list[dict[str, Any]] = []
+    for line_no in sorted(enter_lines(text, places)):
+        removed = lines[line_no]
+        indent = removed[: len(removed) - len(removed.lstrip())]
+        doc = "\n".join([*lines[:line_no], indent, *lines[line_no + 1:]])
+        at = {"line": line_no, "character": utf16_length(indent)}
+        shown: dict[str, str | None] = {}
+        for rest_s in (*rests_s, None):
+            fresh = rest_s is None
+            options = {"firstTextMs": 0} if fresh else {}
+            async with _session(completer, max_tokens, reuse=not fresh, root_uri=root, options=options) as (_, client):
+                client.notify("initialized", {})
+                client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language_id,
+                                                                        "version": 1, "text": doc}})
+                if not fresh:
+                    client.notify(CURSOR_MOVED, {"textDocument": {"uri": uri}, "position": at})
+                    await asyncio.sleep(rest_s)
+                msg_id, future = client.request("textDocument/inlineCompletion", {
+                    "textDocument": {"uri": uri}, "position": at, "context": {"triggerKind": 1}})
+                key = Keystroke(line_no, "", msg_id, time.perf_counter(), 0.0)
+                client.by_id[msg_id] = key
+                await asyncio.wait([future], timeout=timeout_s)
+                shown["fresh" if fresh else f"rest_{rest_s:g}s"] = key.final_text or ""
+        per_place.append({"line": line_no, "removed": removed.strip(), **shown})
+    keys = [f"rest_{r:g}s" for r in rests_s]
+    return {"places": len(per_place), "rests_s": list(rests_s),
+            "equals_fresh": {k: sum(p[k] == p["fresh"] for p in per_place) for k in keys},
+            "exact": {k: sum(p[k].split("\n", 1)[0].strip() == p["removed"] for p in per_place)
+                      for k in (*keys, "fresh")},
+            "per_place": per_place}
+
+
+def run_rest_flow(file: str | Path, completer: Models, *, places: int = 8, rests_ms: Sequence[float] = (1000, 20000),
+                  max_tokens: int = 32, timeout_s: float = 300.0) -> dict[str, Any]:
+    """The answer after a rest at a line start, against a fresh evaluation of the full prompt (see
+    :func:`_rest_flow`), on loaded models."""
+    path = Path(file)
+    text = _read(path)
+    report = asyncio.run(_rest_flow(completer, text, path.resolve().as_uri(), LANGUAGE_IDS.get(path.suffix, "plaintext"),
+                                    places=places, rests_s=[r / 1e3 for r in rests_ms], max_tokens=max_tokens,
+                                    timeout_s=timeout_s))
+    report.update({"file": report_path(path), "layout": completer.budget.layout})
+    return report
 
 
 async def _answered(client: _Client, key: Keystroke, timeout_s: float) -> None:

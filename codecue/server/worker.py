@@ -186,7 +186,8 @@ class ModelWorker:
         self._when_idle: GenerationJob | None = None  # what the last request left for idle time
         self._interrupt_idle_work: Callable[[], None] | None = None  # cancels a measurement in a model process
         self.last_activity = time.monotonic()
-        self.generations = 0
+        self.generations = 0  # completions (a request's, or one prefetched after an accept)
+        self.next_lines = 0  # next lines prepared in a rest (JobKind.NEXT_LINE)
         self.loads = 0
         self.unloads = 0
 
@@ -305,6 +306,7 @@ class ModelWorker:
                 "busy": self._running is not None,
                 "pending": len(self._queue),
                 "generations": self.generations,
+                "nextLines": self.next_lines,
                 "loads": self.loads,
                 "unloads": self.unloads,
                 "idleSeconds": round(time.monotonic() - self.last_activity, 1),
@@ -494,7 +496,10 @@ class ModelWorker:
                 _link_cancel(job, completer)
                 result = complete_job(completer, job.prepared, decoding=decoding, k=depth.start, k_max=depth.ceiling,
                                       on_text=job.on_text, cancelled=job.poll_cancelled, on_round=job.on_round)
-                self.generations += 1
+                if job.kind is JobKind.NEXT_LINE:
+                    self.next_lines += 1
+                else:
+                    self.generations += 1
                 if not job.background and job.when_idle is not None:
                     # Before the answer goes out: a warm-up the editor asks for after it (the cursor moved
                     # on) must find this to drop. One already waiting is for a newer place.
