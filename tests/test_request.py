@@ -274,3 +274,59 @@ def test_the_first_key_after_enter_evaluates_only_its_own_tokens_and_output_is_e
                               RequestOptions(max_tokens=4))
     result = complete_job(completer, prepare(after, CursorInfo("python")), k=0, k_max=0)
     assert 0 < result.stats.prefilled_tokens <= completer.count_tokens("\n        t") + 1
+
+
+def test_every_completer_offers_what_the_worker_runs_jobs_with():
+    """One completer protocol (codecue.request.Completes) for the local, remote and process completers: the
+    worker runs a job on any of them through complete_job and warm_job, with the same keywords."""
+    import inspect
+
+    from codecue.completion import Completer
+    from codecue.remote_completion import RemoteCompleter
+    from codecue.request import Completes
+    from codecue.server.model_process import CompleterProcess
+
+    wanted = [name for name in ("complete", "warm_context", "reset_caches", "close") if hasattr(Completes, name)]
+    assert wanted == ["complete", "warm_context", "reset_caches", "close"]
+    for completer in (Completer, RemoteCompleter, CompleterProcess):
+        for name in wanted:
+            assert callable(getattr(completer, name, None)), f"{completer.__name__} lacks {name}"
+        warm = inspect.signature(completer.warm_context).parameters
+        assert {"path", "cancelled", "decoding", "within_ms", "fresh"} <= set(warm), completer.__name__
+
+
+async def test_a_cursor_move_while_the_models_load_at_connect_warms_after_the_load(source_file, make_completer):
+    """An editor connects (the models start loading) and says where the cursor rests at once: the warm-up
+    waits for the load instead of being dropped."""
+    from codecue.server.session import CodeCueServer
+    from codecue.server.transport import dispatch
+    from codecue.server.worker import ModelWorker
+
+    recording = Recording(make_completer(draft=None))
+    release = threading.Event()
+
+    def slow_load(config):
+        release.wait(10)
+        return recording
+
+    worker = ModelWorker(CompletionConfig(ModelChoice("tiny")), slow_load, idle_unload_s=None, measure_costs=False)
+    server = CodeCueServer(worker)
+    writer = _Writer()
+    server.protocol.set_writer(writer)
+    uri = source_file.as_uri()
+    try:
+        dispatch(server, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                     "params": {"capabilities": {}}}).encode())
+        # The editor goes on once initialize is answered; the models are loading then.
+        await until(lambda: any(m.get("id") == 0 for m in _messages(writer.data)), what="the initialize answer")
+        dispatch(server, b'{"jsonrpc": "2.0", "method": "initialized", "params": {}}')
+        dispatch(server, json.dumps({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": source_file.read_text()}}}).encode())
+        dispatch(server, json.dumps({"jsonrpc": "2.0", "method": "codecue/cursorMoved", "params": {
+            "textDocument": {"uri": uri}, "position": {"line": LINE, "character": CHARACTER}}}).encode())
+        assert not worker.holds(server.completion_config) and server.stats.warm_ups >= 1
+        release.set()
+        await until(lambda: "warm" in recording.kinds(), what="the warm-up after the load")
+    finally:
+        release.set()
+        worker.shutdown(timeout=10, unload=False)

@@ -454,8 +454,8 @@ class InlineCompletions:
             return
         if not server.options.language_enabled(doc.language_id, server.hooks.language(doc.language_id)):
             return
-        if not server.worker.holds(server.completion_config):
-            return  # opening a file does not load the models; the first completion does
+        if not server.worker.will_hold(server.completion_config):
+            return  # opening a file does not load the models; the first completion (or a connect) does
         try:
             prefix, suffix = doc.split(line, character)
         except PositionError:

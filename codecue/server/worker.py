@@ -243,6 +243,16 @@ class ModelWorker:
         if self._running is not None and dropped(self._running):
             self._running.cancel()
 
+    def will_hold(self, config: CompletionConfig) -> bool:
+        """Whether ``config``'s models are loaded, or being loaded (an editor that just connected): work
+        ahead for them may queue behind the load."""
+        if self.holds(config):
+            return True
+        with self._cond:
+            jobs = [self._running, *self._queue]
+            return any(job is not None and job.kind is JobKind.LOAD and not job.is_cancelled
+                       and job.config.load_key() == config.load_key() for job in jobs)
+
     def is_running(self, job: GenerationJob) -> bool:
         """Whether ``job`` is the one the worker runs now."""
         return self._running is job
