@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 REFINE_AFTER_S = 1.0
 # The next line at a line's end, from what the cache holds: sooner, since a keystroke arriving during it
 # waits for one round at most and finds its prompt still cached, and Enter joins it while it runs; long
-# enough that keys typed in a row (a few a second) seldom start it.
+# enough that keys typed in a row (a few a second) seldom start it. At once where the request had nothing
+# to add to the line (_idle_wait).
 NEXT_LINE_AFTER_S = 0.15
 
 
@@ -184,6 +185,7 @@ class ModelWorker:
         self._loaded: CompletionConfig | None = None  # the configuration the models were loaded for
         self._running: GenerationJob | None = None
         self._when_idle: GenerationJob | None = None  # what the last request left for idle time
+        self._when_idle_after = REFINE_AFTER_S  # ... and how long idle time must last before it starts
         self._interrupt_idle_work: Callable[[], None] | None = None  # cancels a measurement in a model process
         self.last_activity = time.monotonic()
         self.generations = 0  # completions (a request's, or one prefetched after an accept)
@@ -376,8 +378,7 @@ class ModelWorker:
                         self._unload_locked()
                         continue
                 if self._when_idle is not None and self._completer is not None:
-                    after = NEXT_LINE_AFTER_S if self._when_idle.kind is JobKind.NEXT_LINE else REFINE_AFTER_S
-                    wait = self.last_activity + after - time.monotonic()
+                    wait = self.last_activity + self._when_idle_after - time.monotonic()
                     if wait <= 0:
                         job, self._when_idle = self._when_idle, None
                         self._running = job
@@ -516,6 +517,7 @@ class ModelWorker:
                     with self._cond:
                         if not any(waiting.kind is JobKind.WARM for waiting in self._queue):
                             self._when_idle = job.when_idle
+                            self._when_idle_after = _idle_wait(job.when_idle, result.text)
                 job.future.set_result(result)
                 job.warm_complete = result.stop_reason != "cancelled"
                 self._follow(job)
@@ -535,6 +537,15 @@ class ModelWorker:
                 with self._cond:
                     self._running = None
                     self.last_activity = time.monotonic()
+
+
+def _idle_wait(follow: GenerationJob, shown: str) -> float:
+    """How long idle time must last before ``follow`` starts, after a request that showed ``shown``: the full
+    prompt waits :data:`REFINE_AFTER_S`; the next line :data:`NEXT_LINE_AFTER_S`, or nothing where the
+    model had nothing to add to the line (it holds the line complete: Enter is likely next)."""
+    if follow.kind is not JobKind.NEXT_LINE:
+        return REFINE_AFTER_S
+    return 0.0 if not shown.strip() else NEXT_LINE_AFTER_S
 
 
 def loading_job() -> PreparedJob:
