@@ -440,7 +440,7 @@ class InlineCompletions:
                                        hold=True)
         self._start(ahead, request, background=True, then=then)
 
-    def warm(self, uri: str, line: int = 0, character: int = 0) -> None:
+    def warm(self, uri: str, line: int = 0, character: int = 0, *, while_loading: bool = False) -> None:
         """Evaluate the full prompt for a place in ``uri`` into the caches while the models are idle (a
         document was opened, or the editor said the cursor moved there); any real request cancels it.
 
@@ -454,8 +454,11 @@ class InlineCompletions:
             return
         if not server.options.language_enabled(doc.language_id, server.hooks.language(doc.language_id)):
             return
-        if not server.worker.will_hold(server.completion_config):
-            return  # opening a file does not load the models; the first completion (or a connect) does
+        loaded = server.worker.will_hold if while_loading else server.worker.holds
+        if not loaded(server.completion_config):
+            # Opening a file does not load the models (the first completion or a connect does), nor wait for
+            # them: a cursor that comes to rest while they load (while_loading) is warmed after the load.
+            return
         try:
             prefix, suffix = doc.split(line, character)
         except PositionError:

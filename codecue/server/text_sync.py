@@ -116,7 +116,7 @@ def register(server: CodeCueServer) -> None:
             log.warning("%s: malformed params ignored", CURSOR_MOVED)
             return
         if server.options.work_ahead:
-            server.completions.warm(uri, line, character)
+            server.completions.warm(uri, line, character, while_loading=True)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(params: types.DidCloseTextDocumentParams) -> None:
