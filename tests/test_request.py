@@ -18,6 +18,7 @@ from codecue.engine.fim import prompt_budget
 from codecue.engine.stops import StopRule, next_line_stop, predicate_for
 from codecue.models.config import CompletionConfig, ModelChoice
 from codecue.request import CompletionRequest, CursorInfo, JobKind, RequestOptions, complete_job, prepare
+from harness.inproc import BufferWriter, framed_messages
 from harness.wait import until
 
 SOURCE = "import os\n\n\ndef scale(values, factor):\n    total = 0\n    for value in values:\n        total += value\n"
@@ -57,27 +58,6 @@ class Recording:
             return [call[0] for call in self.calls]
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self.data = b""
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def close(self) -> None:
-        pass
-
-
-def _messages(data: bytes) -> list[dict]:
-    out = []
-    while data:
-        head, _, rest = data.partition(b"\r\n\r\n")
-        n = int(head.split(b"\r\n")[0].split(b":")[1])
-        out.append(json.loads(rest[:n]))
-        data = rest[n:]
-    return out
-
-
 class Session:
     """A language-server session in this process, messages dispatched as a transport would."""
 
@@ -88,7 +68,7 @@ class Session:
         self.worker = ModelWorker(CompletionConfig(ModelChoice("tiny")), lambda config: completer,
                                   idle_unload_s=None, measure_costs=False)
         self.server = CodeCueServer(self.worker)
-        self.writer = _Writer()
+        self.writer = BufferWriter()
         self.server.protocol.set_writer(self.writer)
         self.next_id = 1
         self.send("initialize", {"capabilities": {}, "initializationOptions": init or {}}, request=True)
@@ -106,7 +86,7 @@ class Session:
         return msg_id
 
     def answer(self, msg_id: int) -> Any:
-        for message in _messages(self.writer.data):
+        for message in framed_messages(self.writer.data):
             if message.get("id") == msg_id and "method" not in message:
                 return message
         return None
@@ -311,14 +291,14 @@ async def test_a_cursor_move_while_the_models_load_at_connect_warms_after_the_lo
 
     worker = ModelWorker(CompletionConfig(ModelChoice("tiny")), slow_load, idle_unload_s=None, measure_costs=False)
     server = CodeCueServer(worker)
-    writer = _Writer()
+    writer = BufferWriter()
     server.protocol.set_writer(writer)
     uri = source_file.as_uri()
     try:
         dispatch(server, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
                                      "params": {"capabilities": {}}}).encode())
         # The editor goes on once initialize is answered; the models are loading then.
-        await until(lambda: any(m.get("id") == 0 for m in _messages(writer.data)), what="the initialize answer")
+        await until(lambda: any(m.get("id") == 0 for m in framed_messages(writer.data)), what="the initialize answer")
         dispatch(server, b'{"jsonrpc": "2.0", "method": "initialized", "params": {}}')
         dispatch(server, json.dumps({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
             "uri": uri, "languageId": "python", "version": 1, "text": source_file.read_text()}}}).encode())

@@ -23,6 +23,7 @@ from codecue.server.framing import FrameTooLarge, encode_frame, read_frame
 from codecue.server.inline_completion import make_items, still_valid
 from codecue.server.options import ModelOptions, ServerOptions, parse_options
 from codecue.server.transport import parse_host_port
+from harness.inproc import BufferWriter, framed_messages
 from harness.wait import until
 
 # -- options ----------------------------------------------------------------------------------------------
@@ -258,27 +259,6 @@ async def test_read_frame_truncated_body_is_end_of_stream():
     assert await read_frame(reader) is None
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self.data = b""
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def close(self) -> None:
-        pass
-
-
-def _responses(data: bytes) -> list[dict]:
-    out = []
-    while data:
-        head, _, rest = data.partition(b"\r\n\r\n")
-        n = int(head.split(b"\r\n")[0].split(b":")[1])  # pygls adds a Content-Type header
-        out.append(json.loads(rest[:n]))
-        data = rest[n:]
-    return out
-
-
 @pytest.fixture()
 def bare_server():
     from codecue.server.session import CodeCueServer
@@ -286,7 +266,7 @@ def bare_server():
 
     server = CodeCueServer(ModelWorker(factory=lambda choice: pytest.fail("no model may load here"),
                                        load_at_connect=False))
-    writer = _Writer()
+    writer = BufferWriter()
     server.protocol.set_writer(writer)
     return server, writer
 
@@ -307,7 +287,7 @@ def test_dispatch_answers_malformed_messages(bare_server, body, code, msg_id):
 
     server, writer = bare_server
     dispatch(server, body)
-    (response,) = _responses(writer.data)
+    (response,) = framed_messages(writer.data)
     assert response["error"]["code"] == code and response["id"] == msg_id
 
 
@@ -319,7 +299,7 @@ def test_dispatch_refuses_a_wrong_tcp_token(bare_server):
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"capabilities": {}, "initializationOptions": {"token": "guess"}}}
     dispatch(server, json.dumps(init).encode())
-    (response,) = _responses(writer.data)
+    (response,) = framed_messages(writer.data)
     assert response["error"]["code"] == -32600 and "token" in response["error"]["message"]
     assert server.closing and not server.initialize_seen
 
@@ -602,12 +582,12 @@ async def test_initialize_is_answered_at_once_and_the_models_load_before_the_fir
 
     worker = ModelWorker(factory=factory, idle_unload_s=None, measure_costs=True)
     server = CodeCueServer(worker)
-    writer = _Writer()
+    writer = BufferWriter()
     server.protocol.set_writer(writer)
     try:
         dispatch(server, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
                                      "params": {"capabilities": {}}}).encode())
-        await until(lambda: any(m.get("id") == 0 for m in _responses(writer.data)), what="the initialize answer")
+        await until(lambda: any(m.get("id") == 0 for m in framed_messages(writer.data)), what="the initialize answer")
         assert not loaded
         release.set()
         await until(lambda: worker.loads == 1, what="the load that initialize started")
@@ -649,7 +629,7 @@ async def test_dispatch_answers_every_request_once_with_its_id(bare_server, mess
     writer.data = b""
     dispatch(server, message if isinstance(message, bytes) else json.dumps(message).encode())
     await asyncio.sleep(0)
-    (response,) = _responses(writer.data)
+    (response,) = framed_messages(writer.data)
     assert "id" in response and response["id"] == msg_id and response["error"]["code"] == code
 
 
@@ -666,7 +646,7 @@ async def test_dispatch_stats_without_params_and_requests_after_shutdown(bare_se
                  {"jsonrpc": "2.0", "method": "exit"}):
         dispatch(server, json.dumps(body).encode())
     await asyncio.sleep(0)
-    stats, bye, late = [r for r in _responses(writer.data) if r.get("id") in ("s", "bye", "late")]
+    stats, bye, late = [r for r in framed_messages(writer.data) if r.get("id") in ("s", "bye", "late")]
     assert "languages" in stats["result"] and bye["result"] is None
     assert late["error"]["code"] == -32600 and server.closing and server.exit_code == 0
 
