@@ -154,10 +154,9 @@ class InlineCompletions:
                         server.stats.adopted += 1
                     return await self._subscribe(gen, request, typed)
         held_line = self.next_lines.get(request.uri)
-        if held_line is not None and log.isEnabledFor(logging.DEBUG):
+        if held_line is not None and held_line is not gen:
             log.debug("%s@%d: the next line %s %r", request.uri, request.version, held_line.state,
                       held_line.final if held_line.state == "done" else held_line.text)
-        if request.uri in self.next_lines and (gen is None or gen is not self.next_lines[request.uri]):
             if gen is not None and gen.live:
                 self._cancel(gen)
             held = await self._from_next_line(request)
@@ -184,7 +183,8 @@ class InlineCompletions:
                                server.prompt_budget, server.imports, server.workspace_roots)
 
     def _start(self, gen: Generation, request: CompletionRequest, background: bool = False,
-               then: GenerationJob | None = None) -> None:
+               next_line: bool = False) -> None:
+        """Submit ``gen``'s job; ``next_line``: then prepare the line after ``request``'s line (held)."""
         if gen.state != "pending":
             return
         server = self.server
@@ -196,6 +196,7 @@ class InlineCompletions:
 
         context = self._context(request.uri, request.language_id, request.prefix, request.suffix)
         rest = None if background or not server.options.work_ahead else self._rest(request, info, context)
+        then = self._next_line_job(request, info, context, hold=True) if next_line else None
         job = GenerationJob(server.completion_config, prepare(request, info, extra_context=context),
                             background=background, when_idle=rest, then=then, on_round=server.hooks.observer(info),
                             on_text=on_text, label=f"{request.uri}@{request.version}")
@@ -280,8 +281,7 @@ class InlineCompletions:
         if held.job is None or not self.server.worker.is_running(held.job) or not (
                 held.text.startswith(typed) or typed.startswith(held.text)):
             return None  # not running (queued, or dropped with the rest): the request gets its own
-        if held.job is not None:
-            held.job.then = None  # the rest of the old place's chain: the user has left it
+        held.job.then = None  # the rest of the old place's chain: the user has left it
         self.active[request.uri] = held
         self.server.stats.next_line_served += 1
         return await self._subscribe(held, request, typed)
@@ -434,11 +434,8 @@ class InlineCompletions:
         self.active[uri] = ahead
         self.server.stats.prefetched += 1
         # A suggestion that ended a line: then the line after it, as at a rest there.
-        then = None
-        if request.at_line_end and self.server.options.work_ahead:
-            then = self._next_line_job(request, info, self._context(uri, doc.language_id, prefix, gen.suffix),
-                                       hold=True)
-        self._start(ahead, request, background=True, then=then)
+        self._start(ahead, request, background=True,
+                    next_line=request.at_line_end and self.server.options.work_ahead)
 
     def warm(self, uri: str, line: int = 0, character: int = 0, *, while_loading: bool = False) -> None:
         """Evaluate the full prompt for a place in ``uri`` into the caches while the models are idle (a
