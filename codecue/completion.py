@@ -30,11 +30,11 @@ from codecue.engine.sampling import Sampling
 from codecue.engine.speculative import GenerationParams, generate
 from codecue.engine.stops import StopRule, predicate_for
 from codecue.errors import CodeCueError, ModelError
+from codecue.loading.load import LoadedModels, LoadSpec, load_backends, load_models
 from codecue.models.config import DRAFT_MODES, MODEL_DRAFT_MODES, CompletionConfig, DecodingSettings
 from codecue.request import PreparedJob
 from codecue.tuning.machine_costs import MachineCosts
 from codecue.tuning.policy import KPolicy
-from codecue.tuning.serving import LoadedModels, LoadSpec, load_backends, load_models
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class Completer:
 
     @classmethod
     def load(cls, config: CompletionConfig | None = None) -> Completer:
-        """Load what ``config`` asks for (:func:`~codecue.tuning.serving.load_models`) and build the completer."""
+        """Load what ``config`` asks for (:func:`~codecue.loading.load.load_models`) and build the completer."""
         config = config or CompletionConfig()
         return cls.from_loaded(load_models(config), config.decoding)
 

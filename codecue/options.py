@@ -40,7 +40,7 @@ from codecue.paths import config_path, read_config_table
 
 log = logging.getLogger(__name__)
 
-#: the runtimes a model can be loaded on (``auto``: :func:`codecue.backends.choose_backend` decides). Here,
+#: the runtimes a model can be loaded on (``auto``: :func:`codecue.loading.load.choose_backend` decides). Here,
 #: below the backends, so that the flags, the hello and config.toml check a runtime's name as the rest.
 BACKENDS = ("auto", "torch", "llamacpp", "exllamav2")
 DRAFT_MODES = ("hybrid", "model", "ngram", "none")

@@ -13,7 +13,7 @@ from test_request import CHARACTER, LINE, SOURCE, SUFFIX_AFTER, Recording, Sessi
 async def test_shown_and_accepted_suggestions_are_counted_per_language_and_class(tmp_path, make_completer,
                                                                                   monkeypatch):
     monkeypatch.setenv("CODECUE_CONFIG_DIR", str(tmp_path / "cfg"))
-    from codecue.server import accepted
+    from codecue.server.lsp import accepted
 
     monkeypatch.setattr(accepted, "_store", None)  # this test's machine counts
     session = Session(Recording(make_completer(draft=None)))

@@ -37,7 +37,7 @@ def test_every_model_command_takes_the_same_model_flags(command):
 def test_serve_takes_draft_backend_and_passes_it_to_the_models(make_completer):
     """In process, the worker loads the configuration the flags give; through the daemon, the flags it is
     started with and the session's hello carry it too."""
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     args = _parse("serve", "--in-process", "--backend", "torch", "--draft-backend", "llamacpp", "--no-remote")

@@ -122,7 +122,7 @@ def _explain_and_load(argv: list[str], path: Path, capsys: pytest.CaptureFixture
     import argparse
 
     from codecue.models.flags import add_model_arguments, config_from_args
-    from codecue.server.worker import load_completer
+    from codecue.server.worker.model_worker import load_completer
 
     assert main(["explain", str(path), "--line", "1", "--character", "4", "--json", *argv]) == 0
     explained = json.loads(capsys.readouterr().out)
@@ -173,7 +173,7 @@ def test_explain_shows_the_runtime_plans_choice_the_worker_loads(tmp_path: Path,
 @pytest.mark.realmodels
 def test_doctor_names_the_runtime_and_files_the_worker_loads(real_models, capsys) -> None:
     from codecue.models.config import CompletionConfig
-    from codecue.server.worker import load_completer
+    from codecue.server.worker.model_worker import load_completer
 
     need_llama_cpp()
     assert main(["doctor", "--json"]) == 0

@@ -36,7 +36,7 @@ def test_class_comes_from_the_environment_and_is_validated(monkeypatch):
 
 
 def test_caches_and_the_daemon_are_kept_per_class(monkeypatch, tmp_path):
-    from codecue.server import daemon_client
+    from codecue.server.daemon import client as daemon_client
     from codecue.tuning.machine_costs import costs_key
 
     monkeypatch.setenv("CODECUE_RUNTIME_DIR", str(tmp_path))

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from codecue.server.framing import encode_frame, read_frame
+from codecue.server.wire.framing import encode_frame, read_frame
 from harness.server import server_env
 
 TIMEOUT = 120  # seconds for any single wait: hang guards, not timings
@@ -281,7 +281,7 @@ class _UntilCancelled:
 def test_a_warm_up_gives_way_to_newer_work_ahead_in_the_worker_but_not_a_prefetch():
     from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.request import JobKind
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     completer = _UntilCancelled()

@@ -327,10 +327,10 @@ def test_restricted_draft_head_keeps_output_exact(make_completer, reference, dra
 
 
 def test_gguf_pair_with_different_token_lists_is_refused_before_loading(tmp_path, monkeypatch):
+    from codecue.loading import load as serving
     from codecue.models import gguf_reader
     from codecue.models.gguf_reader import GGUFVocab
     from codecue.models.resolve import ModelSource
-    from codecue.tuning import serving
 
     vocabs = {
         "t.gguf": GGUFVocab(tmp_path / "t.gguf", "qwen2", 100, 100, "gpt2", "aaa"),

@@ -11,7 +11,7 @@ from codecue.context.chunks import ChunkPool
 from codecue.context.imports import ImportedFiles, import_references, imported_files
 from codecue.document import DocumentStore
 from codecue.engine.fim import PromptBudget
-from codecue.server.prompt import project_context
+from codecue.server.lsp.prompt import project_context
 
 
 def write(root: Path, files: dict[str, str]) -> None:

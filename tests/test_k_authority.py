@@ -64,7 +64,7 @@ def test_avx2_costs_pay_at_no_k_for_the_shipped_profile() -> None:
 @pytest.mark.parametrize(("costs", "expected"), [(None, 0), (AVX2, 0), (CHEAP, "profile")])
 def test_the_server_worker_asks_the_authority_from_the_first_request_on(costs, expected, costs_file,
                                                                        make_completer):
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     completer = make_completer(draft="target")

@@ -37,8 +37,9 @@ def gguf_pair(tmp_path: Path) -> tuple[Path, Path]:
 def test_a_load_resolves_each_model_once_and_checks_each_file_once(served, gguf_pair, isolated_cache, monkeypatch):
     need_llama_cpp()
     from codecue.completion import Completer
+    from codecue.loading import resolve as loading
+    from codecue.loading.plan import make_plan
     from codecue.models import requantize, resolve
-    from codecue.tuning.plan import make_plan
 
     target, draft = gguf_pair
     if served == "speculative as shipped":
@@ -54,7 +55,7 @@ def test_a_load_resolves_each_model_once_and_checks_each_file_once(served, gguf_
 
     resolved_roles: list[str] = []
     checked_files: Counter[Path] = Counter()
-    resolve_model, check_file = resolve.resolve_model, resolve._resolve_gguf_file
+    resolve_model, check_file = resolve.resolve_model, resolve.resolve_gguf_file
 
     def counted_resolve(ref, role, **kwargs):
         resolved_roles.append(role)
@@ -64,8 +65,9 @@ def test_a_load_resolves_each_model_once_and_checks_each_file_once(served, gguf_
         checked_files[path] += 1
         return check_file(path)
 
-    monkeypatch.setattr(resolve, "resolve_model", counted_resolve)
-    monkeypatch.setattr(resolve, "_resolve_gguf_file", counted_check)
+    monkeypatch.setattr(loading, "resolve_model", counted_resolve)
+    for module in (resolve, loading):
+        monkeypatch.setattr(module, "resolve_gguf_file", counted_check)
     config = CompletionConfig(ModelChoice(target=str(target), draft=str(draft)), DecodingSettings(draft_vocab="full"))
     completer = Completer.load(config)
     try:
@@ -89,7 +91,7 @@ def test_a_load_resolves_each_model_once_and_checks_each_file_once(served, gguf_
 
 
 def test_the_worker_loads_again_only_for_what_loading_depends_on(make_completer):
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     loads: list[CompletionConfig] = []
@@ -143,7 +145,7 @@ import sys
 import codecue.backends
 codecue.backends._loadable = lambda name: False  # a machine without NVIDIA's driver
 from codecue.models.config import CompletionConfig, ModelChoice
-from codecue.tuning.serving import load_models
+from codecue.loading.load import load_models
 loaded = load_models(CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[2])))
 print(type(loaded.target).__name__, type(loaded.tokenizer).__name__, codecue.backends.cuda_available(),
       "torch" in sys.modules)

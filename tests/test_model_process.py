@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
-from codecue.server.model_process import ModelProcessCrashed, child_process_factory
-from codecue.server.worker import ModelWorker
+from codecue.server.worker.model_process import ModelProcessCrashed, child_process_factory
+from codecue.server.worker.model_worker import ModelWorker
 from harness.jobs import make_job
 from harness.paced_server import SEGFAULT_MARKER_ENV
 from harness.runtimes import need_llama_cpp
@@ -182,7 +182,8 @@ def test_llamacpp_check_on_a_real_gguf_runs_once_per_model(check_cache, tmp_path
 
 def test_create_backend_uses_the_checked_layout(check_cache, tmp_path, monkeypatch, caplog):
     need_llama_cpp()
-    from codecue.backends import create_backend, native_check
+    from codecue.backends import native_check
+    from codecue.loading.load import create_backend
     from codecue.models.resolve import ModelSource
     from harness.tiny_gguf import build_tiny_gguf
 
@@ -201,8 +202,9 @@ def test_create_backend_uses_the_checked_layout(check_cache, tmp_path, monkeypat
 
 def test_the_faster_attention_kernel_is_measured_once_per_model_and_used(check_cache, tmp_path, monkeypatch):
     need_llama_cpp()
-    from codecue.backends import create_backend, native_check
     from codecue.backends import llamacpp as llamacpp_module
+    from codecue.backends import native_check
+    from codecue.loading.load import create_backend
     from codecue.models.resolve import ModelSource
     from harness.tiny_gguf import build_tiny_gguf
 

@@ -14,8 +14,8 @@ from codecue.context import ScopeStop, analyze
 from codecue.engine.stops import StopRule
 from codecue.errors import ModelError
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
-from codecue.server.model_process import CompleterProcess, child_process_factory
-from codecue.server.worker import GenerationJob, ModelWorker, load_completer
+from codecue.server.worker.model_process import CompleterProcess, child_process_factory
+from codecue.server.worker.model_worker import GenerationJob, ModelWorker, load_completer
 from harness.jobs import make_job
 from harness.paced_server import FORWARD_DELAY_ENV, HANG_FILE_ENV
 from harness.server import server_env
@@ -229,7 +229,7 @@ def test_a_model_process_started_ahead_waits_for_its_choice_and_the_first_load_t
 ORPHANED_SERVER = """
 import sys
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
-from codecue.server.model_process import CompleterProcess
+from codecue.server.worker.model_process import CompleterProcess
 choice = CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[1], backend="torch", dtype="float32"),
                           DecodingSettings(draft_mode="hybrid", k=3))
 process = CompleterProcess(choice, "harness.paced_server:load_throttled_completer")
@@ -289,7 +289,7 @@ from codecue.commands.serve import started_model_factory
 factory = started_model_factory(argparse.Namespace(inline_models=False))
 spare = factory._spare
 alive = spare is not None and spare.process.is_alive()
-server_modules = sorted(m for m in ("pygls", "codecue.server.session", "codecue.server.worker", "torch")
+server_modules = sorted(m for m in ("pygls", "codecue.server.lsp.session", "codecue.server.worker.model_worker", "torch")
                         if m in sys.modules)
 factory.close()
 print(alive, spare is not None and not spare.process.is_alive(), server_modules)
@@ -313,10 +313,10 @@ import sys
 from codecue.context import ScopeStop, analyze
 from codecue.engine.stops import StopRule
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
-from codecue.server.model_process import child_process_factory
+from codecue.server.worker.model_process import child_process_factory
 from harness.jobs import make_job
 from codecue.request import JobKind
-from codecue.server.worker import ModelWorker
+from codecue.server.worker.model_worker import ModelWorker
 
 choice = CompletionConfig(ModelChoice(target=sys.argv[1], draft=sys.argv[1], backend="torch", dtype="float32"),
                           DecodingSettings(draft_mode="hybrid", k=3))

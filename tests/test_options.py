@@ -31,7 +31,7 @@ from codecue.options import (
     read_wire_values,
 )
 from codecue.paths import config_path
-from codecue.server.options import ServerOptions, parse_options
+from codecue.server.lsp.options import ServerOptions, parse_options
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,9 +124,9 @@ def test_a_bad_remote_entry_still_stops_the_command_with_the_schemas_message(tmp
 def test_a_hello_problem_reaches_the_editor_with_its_own_at_initialize():
     """The daemon does not refuse a session whose hello holds a bad value: the session starts without it
     and the editor hears of it in the one showMessage initialize sends, beside its own options'."""
-    from codecue.server.lifecycle import configure
-    from codecue.server.session import CodeCueServer
-    from codecue.server.worker import ModelWorker
+    from codecue.server.lsp.lifecycle import configure
+    from codecue.server.lsp.session import CodeCueServer
+    from codecue.server.worker.model_worker import ModelWorker
 
     changes, problems = read_wire_values({"chunkReuse": -1, "draftMode": "ngram"})
     worker = ModelWorker(factory=lambda choice: pytest.fail("no model may load here"), load_at_connect=False)

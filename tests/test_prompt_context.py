@@ -170,7 +170,7 @@ def test_chunk_order_keeps_older_chunks_first_when_another_file_changes(tiny_tok
 def test_context_comes_only_from_documents_the_editor_opened(tmp_path):
     """A file in the workspace directory that the editor did not open never reaches the prompt."""
     from codecue.document import DocumentStore
-    from codecue.server.prompt import project_context
+    from codecue.server.lsp.prompt import project_context
 
     secret = tmp_path / "secret_settings.py"
     secret.write_text("def load_invoice_total(invoice):\n    return invoice.total\n")
@@ -259,7 +259,7 @@ class SlowCompleter:
 
 def test_a_real_request_cancels_the_prefetch_running_ahead_of_it():
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     completer = SlowCompleter()
@@ -281,7 +281,7 @@ def test_a_real_request_cancels_the_prefetch_running_ahead_of_it():
 def test_queued_work_ahead_is_dropped_for_a_real_request_and_warming_is_cancelled():
     from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.request import JobKind
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     completer = SlowCompleter()
@@ -419,8 +419,8 @@ def test_no_limit_before_the_prefill_speed_is_known_and_it_is_learned(make_compl
 def test_the_worker_warms_the_full_prompt_when_idle_and_a_request_cancels_it(monkeypatch):
     from codecue.models.config import CompletionConfig, ModelChoice
     from codecue.request import JobKind
-    from codecue.server import worker as worker_module
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker import model_worker as worker_module
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     monkeypatch.setattr(worker_module, "REFINE_AFTER_S", 0.2)

@@ -19,7 +19,7 @@ import pytest
 from codecue.backends.remote import RemoteError, RemoteSettings, choose_remote_url, error_message
 from codecue.errors import CodeCueError
 from codecue.remote_completion import RemoteCompleter
-from codecue.server.context_hooks import blank_line_stop
+from codecue.server.lsp.context_hooks import blank_line_stop
 from harness.fault_server import FaultServer
 from harness.lsp import item_text
 from harness.remote import free_port, start_remote_server, write_config

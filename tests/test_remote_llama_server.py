@@ -26,7 +26,7 @@ from codecue.document import split_at
 from codecue.engine.fim import PromptBudget, build_fim_text, stable_prefix
 from codecue.engine.postprocess import tidy_completion
 from codecue.remote_completion import request_body
-from codecue.server.context_hooks import blank_line_stop
+from codecue.server.lsp.context_hooks import blank_line_stop
 from harness.lsp import item_text
 from harness.remote import free_port, start_remote_server, write_config
 from harness.runtimes import need

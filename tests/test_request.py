@@ -62,8 +62,8 @@ class Session:
     """A language-server session in this process, messages dispatched as a transport would."""
 
     def __init__(self, completer: Any, init: dict[str, Any] | None = None) -> None:
-        from codecue.server.session import CodeCueServer
-        from codecue.server.worker import ModelWorker
+        from codecue.server.lsp.session import CodeCueServer
+        from codecue.server.worker.model_worker import ModelWorker
 
         self.worker = ModelWorker(CompletionConfig(ModelChoice("tiny")), lambda config: completer,
                                   idle_unload_s=None, measure_costs=False)
@@ -75,7 +75,7 @@ class Session:
         self.send("initialized", {})
 
     def send(self, method: str, params: dict[str, Any], request: bool = False) -> int | None:
-        from codecue.server.transport import dispatch
+        from codecue.server.daemon.streams import dispatch
 
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
         msg_id = None
@@ -177,7 +177,7 @@ def test_prepare_gives_each_kind_its_stop():
 
 async def test_a_rest_at_a_lines_end_prepares_the_next_line_and_enter_is_answered_from_it(
         source_file, make_completer, monkeypatch):
-    from codecue.server import worker as worker_module
+    from codecue.server.worker import model_worker as worker_module
 
     monkeypatch.setattr(worker_module, "NEXT_LINE_AFTER_S", 0.05)
     recording = Recording(make_completer(draft=None))
@@ -213,7 +213,7 @@ async def test_a_rest_at_a_lines_end_prepares_the_next_line_and_enter_is_answere
 
 
 def test_a_request_cancels_the_rest_and_nothing_after_it_runs():
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
     from test_prompt_context import SlowCompleter
 
@@ -264,7 +264,7 @@ def test_every_completer_offers_what_the_worker_runs_jobs_with():
     from codecue.completion import Completer
     from codecue.remote_completion import RemoteCompleter
     from codecue.request import Completes
-    from codecue.server.model_process import CompleterProcess
+    from codecue.server.worker.model_process import CompleterProcess
 
     wanted = [name for name in ("complete", "warm_context", "reset_caches", "close") if hasattr(Completes, name)]
     assert wanted == ["complete", "warm_context", "reset_caches", "close"]
@@ -278,9 +278,9 @@ def test_every_completer_offers_what_the_worker_runs_jobs_with():
 async def test_a_cursor_move_while_the_models_load_at_connect_warms_after_the_load(source_file, make_completer):
     """An editor connects (the models start loading) and says where the cursor rests at once: the warm-up
     waits for the load instead of being dropped."""
-    from codecue.server.session import CodeCueServer
-    from codecue.server.transport import dispatch
-    from codecue.server.worker import ModelWorker
+    from codecue.server.daemon.streams import dispatch
+    from codecue.server.lsp.session import CodeCueServer
+    from codecue.server.worker.model_worker import ModelWorker
 
     recording = Recording(make_completer(draft=None))
     release = threading.Event()

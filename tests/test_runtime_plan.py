@@ -8,6 +8,13 @@ from pathlib import Path
 import pytest
 
 from codecue.engine.rounds import RoundRecord
+from codecue.loading.plan import (
+    LLAMACPP_SPECULATIVE,
+    LLAMACPP_TARGET_ONLY,
+    TORCH_SPECULATIVE,
+    TORCH_WITH_LLAMACPP_DRAFT,
+    make_plan,
+)
 from codecue.tuning.k_choice import CostModel
 from codecue.tuning.machine_costs import (
     MachineCosts,
@@ -15,13 +22,6 @@ from codecue.tuning.machine_costs import (
     load_machine_costs,
     measure_machine_costs,
     store_machine_costs,
-)
-from codecue.tuning.plan import (
-    LLAMACPP_SPECULATIVE,
-    LLAMACPP_TARGET_ONLY,
-    TORCH_SPECULATIVE,
-    TORCH_WITH_LLAMACPP_DRAFT,
-    make_plan,
 )
 from codecue.tuning.policy import KPolicy
 from codecue.tuning.profile import ClassProfile, Profile
@@ -151,7 +151,7 @@ def test_plan_never_loads_a_draft_that_cannot_pay(costs_file, pair):
 
 def test_the_server_measures_costs_in_idle_time_and_the_policy_uses_them(make_completer, costs_file):
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     completer = make_completer()
@@ -235,7 +235,7 @@ def test_plan_drafts_by_ngram_where_a_draft_model_costs_too_much(costs_file, pai
     rounds show n-gram matches that are accepted, the plan serves the target alone with n-gram drafting,
     and the K authority for that (no draft model) prices only those rounds."""
     from codecue.engine.rounds import DraftSource
-    from codecue.tuning.plan import LLAMACPP_NGRAM
+    from codecue.loading.plan import LLAMACPP_NGRAM
 
     target, draft = pair
     ngram, model = DraftSource.NGRAM, DraftSource.MODEL

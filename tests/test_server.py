@@ -18,11 +18,11 @@ from codecue.engine.fim import PromptBudget, stable_prefix
 from codecue.engine.postprocess import tidy_completion
 from codecue.errors import CodeCueError
 from codecue.request import CompletionRequest
-from codecue.server.context_hooks import blank_line_stop
-from codecue.server.framing import FrameTooLarge, encode_frame, read_frame
-from codecue.server.inline_completion import make_items, still_valid
-from codecue.server.options import ModelOptions, ServerOptions, parse_options
-from codecue.server.transport import parse_host_port
+from codecue.server.daemon.streams import parse_host_port
+from codecue.server.lsp.context_hooks import blank_line_stop
+from codecue.server.lsp.inline_completion import make_items, still_valid
+from codecue.server.lsp.options import ModelOptions, ServerOptions, parse_options
+from codecue.server.wire.framing import FrameTooLarge, encode_frame, read_frame
 from harness.inproc import BufferWriter, framed_messages
 from harness.wait import until
 
@@ -261,8 +261,8 @@ async def test_read_frame_truncated_body_is_end_of_stream():
 
 @pytest.fixture()
 def bare_server():
-    from codecue.server.session import CodeCueServer
-    from codecue.server.worker import ModelWorker
+    from codecue.server.lsp.session import CodeCueServer
+    from codecue.server.worker.model_worker import ModelWorker
 
     server = CodeCueServer(ModelWorker(factory=lambda choice: pytest.fail("no model may load here"),
                                        load_at_connect=False))
@@ -283,7 +283,7 @@ def bare_server():
     (b'{"jsonrpc": "2.0", "id": 6, "method": "textDocument/inlineCompletion", "params": {}}', -32002, 6),
 ])
 def test_dispatch_answers_malformed_messages(bare_server, body, code, msg_id):
-    from codecue.server.transport import dispatch
+    from codecue.server.daemon.streams import dispatch
 
     server, writer = bare_server
     dispatch(server, body)
@@ -292,7 +292,7 @@ def test_dispatch_answers_malformed_messages(bare_server, body, code, msg_id):
 
 
 def test_dispatch_refuses_a_wrong_tcp_token(bare_server):
-    from codecue.server.transport import dispatch
+    from codecue.server.daemon.streams import dispatch
 
     server, writer = bare_server
     server.require_token = "s3cret"
@@ -321,7 +321,7 @@ def test_tcp_accepts_loopback():
 
 def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer):
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     completer = make_completer()
@@ -352,8 +352,8 @@ def test_worker_runs_jobs_one_at_a_time_and_skips_cancelled_ones(make_completer)
 def test_each_worker_owns_its_k_policy_and_its_sessions_use_it():
     """The K policy is the worker's, passed to its sessions: two workers (two servers in one process)
     never share one, and what one learns does not reach the other."""
-    from codecue.server.session import CodeCueServer
-    from codecue.server.worker import ModelWorker
+    from codecue.server.lsp.session import CodeCueServer
+    from codecue.server.worker.model_worker import ModelWorker
     from codecue.tuning import CostModel, KPolicy, PolicySettings
 
     cheap = CostModel(draft_cost=0.05, verify_per_token=0.0)
@@ -374,8 +374,8 @@ def test_worker_feeds_the_k_policy_joined_rounds(make_completer):
     from dataclasses import replace
 
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.context_hooks import ContextHooks, CursorInfo
-    from codecue.server.worker import ModelWorker
+    from codecue.server.lsp.context_hooks import ContextHooks, CursorInfo
+    from codecue.server.worker.model_worker import ModelWorker
     from codecue.tuning import KPolicy, PolicySettings
     from harness.jobs import make_job
 
@@ -396,7 +396,7 @@ def test_worker_feeds_the_k_policy_joined_rounds(make_completer):
 
 def test_worker_reports_load_errors_on_the_job_and_keeps_running():
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     def factory(choice):
@@ -413,7 +413,7 @@ def test_worker_reports_load_errors_on_the_job_and_keeps_running():
 
 def test_worker_flood_drops_the_oldest_waiting_jobs(make_completer):
     from codecue.models.config import CompletionConfig
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     completer = make_completer()
@@ -434,7 +434,7 @@ def test_worker_flood_drops_the_oldest_waiting_jobs(make_completer):
 
 def test_worker_idle_timeout_unloads(make_completer):
     from codecue.models.config import CompletionConfig
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job
 
     completer = make_completer()
@@ -568,9 +568,9 @@ def test_enter_replay_announces_each_jump_and_the_pause_warms_the_place(make_com
 
 async def test_initialize_is_answered_at_once_and_the_models_load_before_the_first_request():
     """A cold start: the editor's first completion must not wait for a load its start-up could hide."""
-    from codecue.server.session import CodeCueServer
-    from codecue.server.transport import dispatch
-    from codecue.server.worker import ModelWorker
+    from codecue.server.daemon.streams import dispatch
+    from codecue.server.lsp.session import CodeCueServer
+    from codecue.server.worker.model_worker import ModelWorker
 
     release, loaded, measured = threading.Event(), [], []
 
@@ -602,7 +602,7 @@ async def test_initialize_is_answered_at_once_and_the_models_load_before_the_fir
 
 
 def _initialized(bare_server):
-    from codecue.server.transport import dispatch
+    from codecue.server.daemon.streams import dispatch
 
     server, writer = bare_server
     dispatch(server, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -623,7 +623,7 @@ def _initialized(bare_server):
     ({"jsonrpc": "2.0", "id": 2**63, "method": "codecue/unknown"}, -32601, 2**63),
 ])
 async def test_dispatch_answers_every_request_once_with_its_id(bare_server, message, code, msg_id):
-    from codecue.server.transport import dispatch
+    from codecue.server.daemon.streams import dispatch
 
     server, writer = _initialized(bare_server)
     writer.data = b""
@@ -634,7 +634,7 @@ async def test_dispatch_answers_every_request_once_with_its_id(bare_server, mess
 
 
 async def test_dispatch_stats_without_params_and_requests_after_shutdown(bare_server):
-    from codecue.server.transport import dispatch
+    from codecue.server.daemon.streams import dispatch
 
     server, writer = _initialized(bare_server)
     for _ in range(5):  # let initialize finish (pygls' shutdown trips over a generator request still running)

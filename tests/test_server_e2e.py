@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from codecue.server.context_hooks import blank_line_stop
+from codecue.server.lsp.context_hooks import blank_line_stop
 from harness.lsp import LspClient, frame, item_text, utf16_len
 from harness.server import DOC, END, TIMEOUT, expected_text, in_process_cmd, server_env, throttled_cmd
 from harness.wait import until

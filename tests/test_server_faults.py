@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from codecue.server.worker import GenerationJob
+from codecue.server.worker.model_worker import GenerationJob
 from harness.lsp import LspClient, item_text
 from harness.server import (
     DOC,
@@ -136,7 +136,7 @@ def _learned_policy(make_completer):
     from dataclasses import replace
 
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.context_hooks import ContextHooks, CursorInfo
+    from codecue.server.lsp.context_hooks import ContextHooks, CursorInfo
     from codecue.tuning import KPolicy, PolicySettings
     from harness.jobs import make_job
 
@@ -155,7 +155,7 @@ def _learned_policy(make_completer):
 async def test_a_profile_write_that_fails_leaves_the_old_file_whole_and_the_worker_serving(fault, make_completer,
                                                                                        monkeypatch, tmp_path):
     from codecue.models.config import CompletionConfig, ModelChoice
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
     from codecue.tuning.profile import user_profile_path
 
     monkeypatch.setenv("CODECUE_CONFIG_DIR", str(tmp_path / "cfg"))

@@ -202,7 +202,7 @@ def test_runtime_costs_round_trip_and_bad_runtime_tables(tmp_path: Path, caplog:
 def test_server_keeps_what_the_policy_learned(private_config_dir: Path) -> None:
     """On idle unload and at shutdown the server writes the adapted profile (atomically) to the user's
     profile, so the next start begins from it; nothing is written when nothing was observed."""
-    from codecue.server.worker import ModelWorker
+    from codecue.server.worker.model_worker import ModelWorker
 
     policy = KPolicy(profile=Profile(), runtime="llamacpp")
     worker = ModelWorker(k_policy=policy)

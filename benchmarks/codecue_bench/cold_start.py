@@ -25,7 +25,7 @@ from typing import Any
 
 from codecue.errors import CodeCueError
 from codecue.models.config import CompletionConfig
-from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
+from codecue.server.wire.framing import STREAM_LIMIT, encode_frame, read_frame
 from codecue_bench.report import planned_models, report_meta, write_report
 
 #: what an editor would have open: a short file, the cursor where a completion is obvious

@@ -24,13 +24,13 @@ from typing import Any
 
 import torch
 
-from codecue.backends import checked_llamacpp_layout
 from codecue.backends.cpu_class import cpu_class, server_binary
 from codecue.backends.torch_backend import TorchBackend
 from codecue.completion import Completer
 from codecue.errors import CodeCueError
+from codecue.loading.load import checked_llamacpp_layout
+from codecue.loading.resolve import ResolvedConfig
 from codecue.models.requantize import AS_IS, offered_layouts, requantized
-from codecue.models.resolve import ResolvedConfig
 from codecue.paths import cache_dir
 from codecue_bench.llama_server import LlamaServer, standard_configs
 from codecue_bench.llamacpp_peers import get_peers

@@ -59,7 +59,7 @@ from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion
 from codecue.errors import CodeCueError
 from codecue.models.flags import add_model_arguments, config_from_args
 from codecue.request import CompletionRequest, PreparedJob, RequestOptions, cursor_in, prepare
-from codecue.server.prompt import project_context, uri_to_path
+from codecue.server.lsp.prompt import project_context, uri_to_path
 from codecue_bench.llama_server import LlamaServer
 from codecue_bench.llamavim import (
     PEER_NAME,
@@ -82,7 +82,6 @@ QUALITY_BUDGET = dict(total=_SERVER_BUDGET.total, suffix=_SERVER_BUDGET.suffix, 
 # Prompt tokens beyond the context that the server evaluates at a new place where its first-text time
 # allows less than the floor (a 2-core CPU); `--first-tokens` sets another.
 FIRST_TOKENS = WINDOW_FLOOR
-CHARS_PER_TOKEN = 3.2  # code: how many characters of chunks to pick per budget token (the builder cuts exactly)
 
 DEFINITION = {
     "python": re.compile(r"^\s*(?:def|class)\s+(\w+)|^([A-Z_][A-Z0-9_]+)\s*[:=]"),
@@ -224,14 +223,14 @@ def chunk_context(point: QualityPoint, budget: PromptBudget) -> list[tuple[str, 
     pool = ChunkPool()
     for path, text in point.others:
         pool.update(path, path, text)
-    chosen = pool.select(query_around(point.prefix, point.suffix), point.path, int(budget.extra * CHARS_PER_TOKEN))
+    chosen = pool.select(query_around(point.prefix, point.suffix), point.path, budget.context_chars)
     return [(c.path, c.text) for c in chosen]
 
 
 def import_context(point: QualityPoint, budget: PromptBudget) -> list[tuple[str, str]]:
     """What the server picks after a jump in a fresh editor where only the point's file is open: chunks of
     the files it imports, resolved within the project's folder (the workspace) and read from disk, ranked
-    for the lines around the cursor (:func:`codecue.server.prompt.project_context`, as the server runs it)."""
+    for the lines around the cursor (:func:`codecue.server.lsp.prompt.project_context`, as the server runs it)."""
     root = PROJECTS_DIR / point.project
     uri = (root / point.path).as_uri()
     documents = DocumentStore()
@@ -413,7 +412,7 @@ def start_peers(config, names: Sequence[str], max_tokens: int, resources: ExitSt
     if PEER_NAME not in names:
         return {}
     from codecue.backends.cpu_class import cpu_class, server_binary
-    from codecue.models.resolve import resolve_config
+    from codecue.loading.resolve import resolve_config
 
     target = resolve_config(config, with_draft=False).target
     why = (f"llama-server is not built for the {cpu_class()} class (bash scripts/build_llama_server.sh --class "

@@ -41,12 +41,12 @@ from codecue.engine.fim import LAYOUTS, PromptBudget
 from codecue.errors import CodeCueError
 from codecue.models.config import CompletionConfig
 from codecue.models.flags import add_model_arguments, config_from_args
-from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
-from codecue.server.model_process import CompleterProcess
-from codecue.server.session import CodeCueServer
-from codecue.server.text_sync import CURSOR_MOVED
-from codecue.server.transport import serve_session
-from codecue.server.worker import ModelWorker
+from codecue.server.daemon.streams import serve_session
+from codecue.server.lsp.session import CodeCueServer
+from codecue.server.lsp.text_sync import CURSOR_MOVED
+from codecue.server.wire.framing import STREAM_LIMIT, encode_frame, read_frame
+from codecue.server.worker.model_process import CompleterProcess
+from codecue.server.worker.model_worker import ModelWorker
 from codecue_bench.report import (
     format_replay_layouts,
     format_replay_pair,
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 def llama_vim_target(config: CompletionConfig) -> Path:
     """The configured target's GGUF file, for llama-server; an error saying why where the peer cannot run."""
     from codecue.backends.cpu_class import cpu_class, server_binary
-    from codecue.models.resolve import resolve_config
+    from codecue.loading.resolve import resolve_config
 
     if not server_binary().is_file():
         raise CodeCueError(f"--llama-vim: llama-server is not built for the {cpu_class()} class",

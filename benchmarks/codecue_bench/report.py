@@ -21,12 +21,12 @@ from gguf import GGMLQuantizationType, LlamaFileType
 from codecue import __version__
 from codecue.backends.cpu_class import cpu_class, llamacpp_build
 from codecue.backends.native_check import cpu_description, cpu_signature
+from codecue.loading.load import plan_config
+from codecue.loading.resolve import resolve_config
 from codecue.models.config import CompletionConfig
 from codecue.models.gguf_reader import GGUFTensorInfo, read_gguf_header
-from codecue.models.resolve import resolve_config
 from codecue.paths import atomic_write_text
 from codecue.tables import markdown_table
-from codecue.tuning.serving import plan_config
 from codecue_bench.peers import PEERS, PLAIN_PEER
 from codecue_bench.points import CORPUS_DIR
 from codecue_bench.runner import RunRecord, Summary

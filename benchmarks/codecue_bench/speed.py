@@ -23,12 +23,12 @@ from codecue.backends import BACKENDS
 from codecue.completion import Completer
 from codecue.engine.fim import PromptBudget
 from codecue.errors import CodeCueError
+from codecue.loading.load import LoadSpec, candidate_load, configured_load, plan_load, runtime_plan
+from codecue.loading.plan import Plan
+from codecue.loading.resolve import ResolvedConfig, resolve_config
 from codecue.models.config import CompletionConfig
 from codecue.models.flags import add_model_arguments, config_from_args
-from codecue.models.resolve import ResolvedConfig, resolve_config
-from codecue.tuning.plan import Plan
 from codecue.tuning.policy import KPolicy
-from codecue.tuning.serving import LoadSpec, candidate_load, configured_load, plan_load, runtime_plan
 from codecue_bench.peers import PEERS, SERVER_PEERS, PeerSetting, peer_name
 from codecue_bench.points import LANGUAGES, Point, builtin_points, load_points_file
 from codecue_bench.report import (

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codecue.server import daemon_client
+    from codecue.server.daemon import client as daemon_client
 
     if args.daemon_command == "start":
         flags = daemon_flags(args) + ["--idle-timeout", str(args.idle_timeout)]
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             import logging
 
             factory = started_model_factory(args)  # a relay started this daemon: an editor's initialize follows
-            from codecue.server.daemon import run_daemon
+            from codecue.server.daemon.service import run_daemon
 
             logging.getLogger("codecue").setLevel(min(logging.getLogger().level, logging.INFO))
             return run_daemon(model_config(args), args.idle_timeout, factory)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from codecue.commands.common import add_model_arguments, config_from_args
 
 if TYPE_CHECKING:
-    from codecue.models.resolve import ResolvedConfig
+    from codecue.loading.resolve import ResolvedConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,8 +33,8 @@ def _measure(candidate: Any, resolved: ResolvedConfig) -> None:
     from dataclasses import replace
 
     from codecue.completion import Completer
+    from codecue.loading.load import candidate_load
     from codecue.tuning.machine_costs import store_machine_costs
-    from codecue.tuning.serving import candidate_load
 
     target, draft = resolved.target, resolved.draft
     for source, made in ((target.path, candidate.target_file(str(target.path))),
@@ -57,7 +57,7 @@ def _measure_missing(plan: Any, resolved: ResolvedConfig, args: argparse.Namespa
     (their measurement also prices the target-only twin), then torch only where a cheap probe of its step
     says it could still beat the best llama.cpp candidate (converting and timing a torch model takes
     minutes on a CPU without fast bf16). Returns the plan again and why each skipped candidate cannot win."""
-    from codecue.tuning.plan import make_plan
+    from codecue.loading.plan import make_plan
 
     target, draft = resolved.target, resolved.draft
     cannot_win: dict[str, str] = {}
@@ -82,9 +82,9 @@ def _torch_cannot_win(candidate: Any, target: Any, plan: Any, args: argparse.Nam
     (a lower bound on its step) and the most its drafting could gain (every draft free, verification
     free, the profile's recorded rounds); None where it might, or nothing else is measured to beat."""
     from codecue.backends.torch_backend import linear_step_ms, resolve_dtype
+    from codecue.loading.plan import all_rounds
     from codecue.models.gguf_reader import read_gguf_header, read_gguf_vocab_size
     from codecue.tuning.k_choice import CostModel, best_k_replay
-    from codecue.tuning.plan import all_rounds
     from codecue.tuning.profile import load_profile
 
     priced = [r.ms_per_token for r in plan.rows if r.ms_per_token is not None]
@@ -116,9 +116,9 @@ def _torch_cannot_win(candidate: Any, target: Any, plan: Any, args: argparse.Nam
 def run(args: argparse.Namespace) -> int:
     from codecue.backends.cpu_class import cpu_class
     from codecue.backends.native_check import llamacpp_version, safe_llamacpp_layout
-    from codecue.models.resolve import resolve_config
+    from codecue.loading.plan import make_plan
+    from codecue.loading.resolve import resolve_config
     from codecue.tuning.machine_costs import costs_file
-    from codecue.tuning.plan import make_plan
 
     resolved = resolve_config(config_from_args(args), with_draft=True)  # every candidate prices the draft
     target, draft = resolved.target, resolved.draft
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         for r in plan.rows]
     report["chosen"] = plan.chosen.label
     report["reason"] = plan.reason
-    from codecue.tuning.serving import what_serves
+    from codecue.loading.load import what_serves
 
     report["serves"] = what_serves(config_from_args(args))
     from codecue.acceptance import load_counts

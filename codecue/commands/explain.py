@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
 def served_depth(args: argparse.Namespace, policy, language: str, context_class: str) -> tuple[dict[str, Any], Any]:
     """What a request here is served with, and the K authority's depth for it: ({plan, runtime, target,
     draft}, Depth), or ({"why": ...}, None) when the models cannot be resolved (not pulled yet). The files are
-    the ones the model worker loads for this configuration (:func:`~codecue.tuning.serving.what_serves`)."""
-    from codecue.tuning.serving import what_serves
+    the ones the model worker loads for this configuration (:func:`~codecue.loading.load.what_serves`)."""
+    from codecue.loading.load import what_serves
 
     try:
         served = what_serves(config_from_args(args))

@@ -34,10 +34,10 @@ def add_server_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def model_factory(args: argparse.Namespace):  # -> CompleterFactory
     if getattr(args, "inline_models", False):
-        from codecue.server.worker import load_completer
+        from codecue.server.worker.model_worker import load_completer
 
         return load_completer
-    from codecue.server.model_process import child_process_factory
+    from codecue.server.worker.model_process import child_process_factory
 
     return child_process_factory()
 
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         return run_tcp(args)
     if args.in_process:
         return run_in_process_stdio(args)
-    from codecue.server.relay import run_relay
+    from codecue.server.daemon.relay import run_relay
 
     model = given_model_values(args)
     if args.no_remote:
@@ -97,9 +97,9 @@ def run_in_process_stdio(args: argparse.Namespace) -> int:
     import asyncio
 
     factory = started_model_factory(args)
-    from codecue.server.session import CodeCueServer
-    from codecue.server.transport import serve_stdio
-    from codecue.server.worker import ModelWorker
+    from codecue.server.daemon.streams import serve_stdio
+    from codecue.server.lsp.session import CodeCueServer
+    from codecue.server.worker.model_worker import ModelWorker
 
     worker = ModelWorker(model_config(args), factory, idle_unload_s=args.idle_timeout)
     try:
@@ -114,11 +114,11 @@ def run_tcp(args: argparse.Namespace) -> int:
     import sys
 
     from codecue.paths import atomic_write_text
-    from codecue.server.daemon_client import ensure_runtime_dir
-    from codecue.server.framing import STREAM_LIMIT
-    from codecue.server.session import CodeCueServer
-    from codecue.server.transport import parse_host_port, serve_session
-    from codecue.server.worker import ModelWorker
+    from codecue.server.daemon.client import ensure_runtime_dir
+    from codecue.server.daemon.streams import parse_host_port, serve_session
+    from codecue.server.lsp.session import CodeCueServer
+    from codecue.server.wire.framing import STREAM_LIMIT
+    from codecue.server.worker.model_worker import ModelWorker
 
     host, port = parse_host_port(args.tcp)
     worker = ModelWorker(model_config(args), model_factory(args), idle_unload_s=args.idle_timeout)

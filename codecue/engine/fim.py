@@ -50,8 +50,21 @@ MIDDLE_LINES = 8
 WINDOW_FLOOR = 192
 
 
+# The budget is in tokens; text is cut to characters first only where tokenizing all of it would cost
+# every keystroke, and then trimmed to the exact tokens (:func:`trim_prefix`, the chunks' trim in
+# :func:`build_fim_text`). Both estimates live here, beside that trim:
+#: generous characters per token for the prefix's first cut (:func:`stable_prefix`): the exact trim follows,
+#: and it never tokenizes more than 8 characters per token.
+PREFIX_CHARS_PER_TOKEN = 6
+#: characters of other files' chunks picked per token of ``extra`` (code's mean is about 3.2): picking by
+#: characters keeps ranking free of the tokenizer; the exact trim drops the last chunks that do not fit.
+CONTEXT_CHARS_PER_TOKEN = 3.2
+
+
 @dataclass(frozen=True)
 class PromptBudget:
+    """The prompt's budget, in tokens: the whole prompt, the suffix's part, the other files' part."""
+
     total: int = 1536  # tokens for prefix + suffix + extra context (the extra part is kept for context only)
     # 256 gave better first lines, but typing's first text came later in the replays (docs/experiments.md,
     # the prompt). A short window gives a quarter of its tokens to the suffix.
@@ -72,6 +85,16 @@ class PromptBudget:
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"unknown prompt layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
+
+    @property
+    def prefix_chars(self) -> int:
+        """The most characters of prefix worth tokenizing for this budget (:data:`PREFIX_CHARS_PER_TOKEN`)."""
+        return max(0, self.total - self.suffix - self.extra) * PREFIX_CHARS_PER_TOKEN
+
+    @property
+    def context_chars(self) -> int:
+        """Characters of other files' chunks to pick for ``extra`` (:data:`CONTEXT_CHARS_PER_TOKEN`)."""
+        return int(self.extra * CONTEXT_CHARS_PER_TOKEN)
 
     @classmethod
     def for_benchmark(cls, total: int) -> PromptBudget:
@@ -139,17 +162,12 @@ def _token_count(tokenizer, text: str) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False)) if text else 0
 
 
-# Generous characters per token for the first cut (:func:`stable_prefix`): the exact trim to the token
-# budget follows, and it never tokenizes more than 8 characters per token.
-CHARS_PER_TOKEN = 6
-
-
 def stable_prefix(prefix: str, budget: PromptBudget) -> str:
     """A long document's prefix cut cheaply before it is tokenized (every keystroke builds a prompt): the
     tail starting on a line whose number is a multiple of ``budget.anchor_lines`` (counted from the
     document's start, so the start stays put while the user types and the KV cache keeps it), short
     enough that :func:`trim_prefix` never has to cut from a moving start."""
-    max_chars = max(0, budget.total - budget.suffix - budget.extra) * CHARS_PER_TOKEN
+    max_chars = budget.prefix_chars
     if len(prefix) <= max_chars:
         return prefix
     anchor = max(1, budget.anchor_lines)

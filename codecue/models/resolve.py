@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from codecue.errors import ModelError
-from codecue.models.config import CompletionConfig
 from codecue.models.gguf_reader import check_gguf_header, read_gguf_header
 from codecue.models.provision import is_pulled, is_verified, model_path, partial_path, pull, verify
 from codecue.models.registry import DEFAULTS, REGISTRY, ModelSpec, Role, check_role
@@ -42,30 +41,6 @@ class ModelSource:
     path: Path
     name: str
     spec: ModelSpec | None = None
-
-
-@dataclass(frozen=True)
-class ResolvedConfig:
-    """A configuration with its models found and checked: the first step of loading, done once per load."""
-
-    config: CompletionConfig
-    target: ModelSource
-    draft: ModelSource | None  # None: no draft model is wanted (ngram or no drafting)
-
-
-def resolve_config(config: CompletionConfig, *, with_draft: bool | None = None) -> ResolvedConfig:
-    """Find and check the configured target, and the draft where one is wanted: by the decoding settings
-    (hybrid and model drafting load one), unless ``with_draft`` says otherwise."""
-    wanted = config.decoding.uses_draft_model if with_draft is None else with_draft
-    target = resolve_model(config.models.target, "target")
-    draft = resolve_model(config.models.draft, "draft") if wanted else None
-    return ResolvedConfig(config, target, draft)
-
-
-def derived_source(path: Path) -> ModelSource:
-    """A GGUF file made here from a resolved model (a weight layout re-quantized here), checked as any
-    GGUF file the user names is; its source was resolved already."""
-    return _resolve_gguf_file(path)
 
 
 def read_models_config() -> dict[str, Any]:
@@ -125,7 +100,7 @@ def resolve_model(ref: str | None, role: str, *, auto_pull: bool = False) -> Mod
             return _resolve_registry(spec, auto_pull)
     if path.is_dir():
         return _resolve_directory(path)
-    return _resolve_gguf_file(path)
+    return resolve_gguf_file(path)
 
 
 def _looks_like_a_name(ref: str) -> bool:
@@ -162,7 +137,8 @@ def _resolve_registry(spec: ModelSpec, auto_pull: bool) -> ModelSource:
     return ModelSource("gguf", path, spec.name, spec)
 
 
-def _resolve_gguf_file(path: Path) -> ModelSource:
+def resolve_gguf_file(path: Path) -> ModelSource:
+    """A GGUF file checked as any the user names is (not a download in progress; tensors present)."""
     if path.name.endswith(".partial"):
         raise ModelError(f"{path} is an unfinished download, not a model", fix="run `codecue models pull`")
     header = read_gguf_header(path)

@@ -1,16 +1,15 @@
 """The CodeCue language server: inline completion over LSP, streamed, on a shared model worker.
 
-Layout (one LSP feature per module; the logic of each is plain functions testable without JSON-RPC):
+Four packages, each importing only the ones below it (``lint-imports`` checks it):
 
-- :mod:`codecue.server.options` — ``initializationOptions`` as a defaulted dataclass, validated once.
-- :mod:`codecue.server.lifecycle` — ``initialize`` / ``initialized`` / ``shutdown`` / ``exit``.
-- :mod:`codecue.server.text_sync` — ``textDocument/didOpen`` / ``didChange`` / ``didClose``, applied to
-  the one document store, :mod:`codecue.document`.
-- :mod:`codecue.server.inline_completion` — ``textDocument/inlineCompletion`` with type-through.
-- :mod:`codecue.server.streaming` — the ``codecue/partialCompletion`` notification (our extension).
-- :mod:`codecue.server.stats` — ``codecue/stats`` and ``workspace/executeCommand codecue.stats``.
-- :mod:`codecue.server.worker` — the one thread that owns the models and runs one generation at a time.
-- :mod:`codecue.server.session` — one LSP session (a pygls server) wired to a worker.
-- :mod:`codecue.server.transport` — JSON-RPC framing that answers malformed input and keeps serving.
-- :mod:`codecue.server.daemon` / :mod:`codecue.server.relay` — the per-user daemon and the stdio relay.
+- :mod:`codecue.server.daemon` — the per-user daemon (:mod:`~codecue.server.daemon.service`), finding and
+  starting it (:mod:`~codecue.server.daemon.client`), the stdio relay editors spawn
+  (:mod:`~codecue.server.daemon.relay`), and running a session over a byte stream
+  (:mod:`~codecue.server.daemon.streams`).
+- :mod:`codecue.server.lsp` — one LSP session (:mod:`~codecue.server.lsp.session`) and its features, one
+  module each, their logic plain functions testable without JSON-RPC.
+- :mod:`codecue.server.worker` — the one thread that owns the models and runs one job at a time
+  (:mod:`~codecue.server.worker.model_worker`), and the models' child process
+  (:mod:`~codecue.server.worker.model_process`).
+- :mod:`codecue.server.wire` — LSP framing, JSON-RPC decoding and its errors, the process's stdio (no pygls).
 """

@@ -7,7 +7,7 @@ from typing import Any
 from codecue.engine.stops import StopRule
 from codecue.models.config import CompletionConfig
 from codecue.request import JobKind, PreparedJob, RequestOptions
-from codecue.server.worker import GenerationJob
+from codecue.server.worker.model_worker import GenerationJob
 
 
 def make_job(config: CompletionConfig, prefix: str, suffix: str = "", *, kind: JobKind = JobKind.COMPLETE,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
-from codecue.server.worker import ModelWorker, load_completer
+from codecue.server.worker.model_worker import ModelWorker, load_completer
 
 MAX_HANG_S = 600.0
 
@@ -121,8 +121,8 @@ def load_segfaulting_completer(config: CompletionConfig):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from codecue.server.session import CodeCueServer
-    from codecue.server.transport import serve_stdio
+    from codecue.server.daemon.streams import serve_stdio
+    from codecue.server.lsp.session import CodeCueServer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     factory = throttled_factory(args.forward_delay_ms / 1000, args.hang_file) \
         if args.forward_delay_ms or args.hang_file else load_completer
     if args.segfault_on:
-        from codecue.server.model_process import child_process_factory
+        from codecue.server.worker.model_process import child_process_factory
 
         os.environ[SEGFAULT_MARKER_ENV] = args.segfault_on  # inherited by the model process
         factory = child_process_factory("harness.paced_server:load_segfaulting_completer")

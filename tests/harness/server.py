@@ -65,7 +65,7 @@ def expected_text(completer: Any, text: str, line: int, character: int, max_toke
     draft does not change the text)."""
     from codecue.document import split_at
     from codecue.engine.postprocess import combine_stops, suffix_repeat_stop, tidy_completion
-    from codecue.server.context_hooks import blank_line_stop
+    from codecue.server.lsp.context_hooks import blank_line_stop
 
     prefix, suffix = split_at(text, line, character)
     stop = combine_stops(blank_line_stop, suffix_repeat_stop(prefix, suffix))
@@ -75,13 +75,13 @@ def expected_text(completer: Any, text: str, line: int, character: int, max_toke
 
 def daemon_status() -> dict[str, Any] | None:
     """The running daemon's ``status`` (for ``$CODECUE_RUNTIME_DIR``), or None."""
-    from codecue.server.daemon_client import control
+    from codecue.server.daemon.client import control
 
     return control("status")
 
 
 def daemon_pid() -> int | None:
-    from codecue.server.daemon_client import read_pid_file
+    from codecue.server.daemon.client import read_pid_file
 
     info = read_pid_file()
     return info.get("pid") if info else None
@@ -135,6 +135,6 @@ def _unix_socket_queues() -> dict[int, tuple[int, int]]:
 
 
 def pid_alive(pid: int) -> bool:
-    from codecue.server.daemon_client import _alive
+    from codecue.server.daemon.client import _alive
 
     return _alive(pid)

@@ -1,7 +1,7 @@
 """One LSP session: a pygls server for one editor connection, wired to a (possibly shared) model worker.
 
 In-process (``codecue serve --in-process``) there is one session; the daemon runs one per connection,
-all in one asyncio loop and all submitting to the same :class:`~codecue.server.worker.ModelWorker`.
+all in one asyncio loop and all submitting to the same :class:`~codecue.server.worker.model_worker.ModelWorker`.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from codecue.document import DocumentStore, file_path
 from codecue.engine.fim import PromptBudget, prompt_budget
 from codecue.errors import CodeCueError
 from codecue.models.config import CompletionConfig
-from codecue.server import accepted, inline_completion, lifecycle, stats, text_sync
-from codecue.server.context_hooks import ContextHooks
-from codecue.server.inline_completion import InlineCompletions
-from codecue.server.jsonrpc import REQUEST_FAILED, MsgId
-from codecue.server.options import ServerOptions
-from codecue.server.stats import SessionStats
-from codecue.server.worker import ModelWorker
+from codecue.server.lsp import accepted, inline_completion, lifecycle, stats, text_sync
+from codecue.server.lsp.context_hooks import ContextHooks
+from codecue.server.lsp.inline_completion import InlineCompletions
+from codecue.server.lsp.options import ServerOptions
+from codecue.server.lsp.stats import SessionStats
+from codecue.server.wire.jsonrpc import REQUEST_FAILED, MsgId
+from codecue.server.worker.model_worker import ModelWorker
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,6 @@ from codecue.engine.fim import PromptBudget
 if TYPE_CHECKING:
     from codecue.document import DocumentStore
 
-# Characters of chunks picked per token of the context budget; the prompt builder then cuts to the exact
-# token budget, dropping the last chunks that do not fit.
-CHUNK_CHARS_PER_TOKEN = 3.2
-
-
 def project_context(pool: ChunkPool, documents: DocumentStore, uri: str, language_id: str, prefix: str,
                     suffix: str, budget: PromptBudget, imports: ImportedFiles | None = None,
                     roots: Sequence[Path] = ()) -> list[tuple[str, str]]:
@@ -48,7 +43,7 @@ def project_context(pool: ChunkPool, documents: DocumentStore, uri: str, languag
             imported.add(file_uri)
     allowed = [u for u, lang in pool.languages.items() if lang == language_id and u in pool]
     allowed += [u for u in imported if u in pool]
-    chosen = pool.select(query_around(prefix, suffix), uri, int(budget.extra * CHUNK_CHARS_PER_TOKEN), allowed,
+    chosen = pool.select(query_around(prefix, suffix), uri, budget.context_chars, allowed,
                          imported=imported)
     return [(c.path, c.text) for c in chosen]
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LOADER = "codecue.server.worker:load_completer"
+DEFAULT_LOADER = "codecue.server.worker.model_worker:load_completer"
 _POLL_S = 0.2
 
 
@@ -411,7 +411,7 @@ class CompleterProcess:
 
 
 #: what the default loader imports: first what loading needs (llama.cpp's binding), then the engine
-LOADER_IMPORTS = ("codecue.tuning.serving", "codecue.backends.llamacpp", "codecue.completion")
+LOADER_IMPORTS = ("codecue.loading.load", "codecue.backends.llamacpp", "codecue.completion")
 
 
 class ChildProcessFactory:

@@ -1,7 +1,7 @@
 """Run a session over a byte stream: stdio, a Unix socket (the daemon), or loopback TCP (debugging).
 
 pygls' own loop drops what it cannot parse without answering. Here every body goes through
-:func:`codecue.server.jsonrpc.decode` (what JSON-RPC makes of it) and then :func:`refusal` (what LSP's
+:func:`codecue.server.wire.jsonrpc.decode` (what JSON-RPC makes of it) and then :func:`refusal` (what LSP's
 lifecycle allows now), the two places that decide which messages are answered and how; only what both
 admit reaches pygls. Every request is answered exactly once: by an error from those two, by its handler,
 or, when the handler takes longer than ``requestTimeoutMs``, by the watchdog (RequestFailed, -32803).
@@ -19,8 +19,9 @@ from typing import Any
 from pygls.exceptions import JsonRpcException
 
 from codecue.errors import CodeCueError
-from codecue.server.framing import MAX_MESSAGE_BYTES, FrameTooLarge, encode_frame, read_frame
-from codecue.server.jsonrpc import (
+from codecue.server.lsp.session import CodeCueServer
+from codecue.server.wire.framing import MAX_MESSAGE_BYTES, FrameTooLarge, encode_frame, read_frame
+from codecue.server.wire.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -30,8 +31,7 @@ from codecue.server.jsonrpc import (
     decode,
     error_response,
 )
-from codecue.server.session import CodeCueServer
-from codecue.server.stdio import FdWriter, stream_from_fd, take_stdio
+from codecue.server.wire.stdio import FdWriter, stream_from_fd, take_stdio
 
 log = logging.getLogger(__name__)
 

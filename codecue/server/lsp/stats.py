@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from codecue.engine.results import GenerationResult, GenerationStats
-    from codecue.server.session import CodeCueServer
+    from codecue.server.lsp.session import CodeCueServer
 
 STATS_REQUEST = "codecue/stats"
 STATS_COMMAND = "codecue.stats"
@@ -172,7 +172,7 @@ class SessionStats:
 
 
 def stats_result(server: CodeCueServer) -> dict[str, Any]:
-    from codecue.server.accepted import shared_store
+    from codecue.server.lsp.accepted import shared_store
 
     result = server.stats.snapshot()
     result["worker"] = server.worker.status()

@@ -1,7 +1,7 @@
 """What to load: a resolved configuration planned into the exact model files and runtimes that serve.
 
 Loading is one line of values (:meth:`codecue.completion.Completer.load`): the configuration is resolved
-once (:func:`~codecue.models.resolve.resolve_config`), planned here (:func:`plan_load`: the runtime plan's
+once (:func:`~codecue.loading.resolve.resolve_config`), planned here (:func:`plan_load`: the runtime plan's
 choice where it applies, else the runtimes configured), loaded, then wrapped in a completer. A plan's
 files are built here as model sources directly: a layout made here is checked once, never resolved as a
 name again.
@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from codecue.backends import choose_backend, create_backend, cuda_available
-from codecue.errors import ModelError
+from codecue.backends import BACKENDS, cuda_available
+from codecue.errors import BackendUnavailable, CodeCueError, ModelError
+from codecue.loading.plan import Candidate, Plan, make_plan
+from codecue.loading.resolve import ResolvedConfig, derived_source, resolve_config
 from codecue.models.config import CompletionConfig, ModelChoice
 from codecue.models.requantize import AS_IS
-from codecue.models.resolve import ModelSource, ResolvedConfig, derived_source, resolve_config
+from codecue.models.resolve import ModelSource
 from codecue.models.tokenizer import load_tokenizer
-from codecue.tuning.plan import Candidate, Plan, make_plan
 
 if TYPE_CHECKING:
     from codecue.backends.base import Backend
@@ -35,7 +36,7 @@ class LoadSpec:
 
     target: ModelSource
     draft: ModelSource | None  # None: no draft model
-    backend: str  # the target's runtime (``auto``: codecue.backends.choose_backend decides at load)
+    backend: str  # the target's runtime (``auto``: :func:`choose_backend` decides at load)
     draft_backend: str
     dtype: str
     draft_dtype: str
@@ -100,6 +101,99 @@ def planned_load(resolved: ResolvedConfig) -> tuple[LoadSpec, Plan | None]:
         return configured_load(resolved), None
     log.info("runtime plan: %s (%s)", plan.chosen.label, plan.reason)
     return candidate_load(resolved, plan.chosen), plan
+
+
+def _llamacpp_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def choose_backend(source: ModelSource, backend: str = "auto") -> str:
+    """The backend ``auto`` means for this model on this machine."""
+    if backend not in BACKENDS:
+        raise CodeCueError(f"unknown backend {backend!r}", f"choose one of {', '.join(BACKENDS)}")
+    if backend != "auto":
+        return backend
+    if source.kind == "exl2":
+        return "exllamav2"
+    if source.kind == "gguf" and not cuda_available() and _llamacpp_installed():
+        return "llamacpp"
+    return "torch"
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        log.warning("%s", message)
+
+
+def checked_llamacpp_layout(path: Path) -> bool:
+    """Whether llama.cpp may repack ``path``'s weights here: the first layout whose child-process check
+    passed (cached per machine, build and model). Raises BackendUnavailable when none did."""
+    from codecue.backends.native_check import safe_llamacpp_layout
+
+    layout, refused = safe_llamacpp_layout(path)
+    if layout is None:
+        raise BackendUnavailable(f"llama.cpp failed its check on {path.name}: " + "; ".join(refused),
+                                 "see `codecue doctor`; the torch backend serves instead")
+    if refused:
+        _say_once(f"llama.cpp on {path.name}: {refused[0]} in a child-process check; "
+                  f"serving with {layout} weights instead")
+    return layout == "repack"
+
+
+def create_backend(
+    source: ModelSource,
+    backend: str = "auto",
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    n_ctx: int = 4096,
+) -> Backend:
+    """Load ``source`` on the chosen runtime. ``auto`` prefers llama.cpp for GGUF on a CPU-only machine
+    and falls back to torch, with one warning, when llama.cpp is missing or fails to load."""
+    chosen = choose_backend(source, backend)
+    if device == "auto":
+        device = "cuda" if cuda_available() else "cpu"
+    if chosen == "llamacpp":
+        if source.kind != "gguf":
+            raise CodeCueError(f"the llama.cpp backend loads GGUF files; {source.path} is {source.kind}",
+                               "use --backend torch for HF directories")
+        try:
+            from codecue.backends.llamacpp import LlamaCppBackend, _load_lib
+
+            _load_lib()
+            from codecue.backends.native_check import faster_attention
+
+            repack = checked_llamacpp_layout(source.path)
+            return LlamaCppBackend.load(source.path, n_ctx=n_ctx, repack=repack,
+                                        flash_attn=lambda shape: faster_attention(source.path, repack, shape))
+        except BackendUnavailable as exc:
+            if backend == "llamacpp":
+                raise
+            _say_once(f"llama.cpp unavailable ({exc}); falling back to the torch backend")
+            chosen = "torch"
+        except ImportError as exc:
+            if backend == "llamacpp":
+                raise BackendUnavailable(f"llama.cpp backend not available: {exc}",
+                                         "pip install 'codecue[llamacpp]'") from exc
+            chosen = "torch"
+    if chosen == "exllamav2":
+        from codecue.backends.exllamav2 import ExLlamaV2Backend
+
+        return ExLlamaV2Backend.load(source.path, max_seq_len=n_ctx)
+    from codecue.backends.torch_backend import TorchBackend
+
+    if source.kind == "gguf":
+        return TorchBackend.from_pretrained(source.path.parent, gguf_file=source.path.name, dtype=dtype, device=device)
+    if source.kind == "exl2":
+        raise CodeCueError(f"{source.path} is an EXL2 model, which only the exllamav2 backend loads",
+                           "use --backend exllamav2 on a CUDA machine")
+    return TorchBackend.from_pretrained(source.path, dtype=dtype, device=device)
 
 
 def check_same_tokenizer(target: Any, draft: Any) -> None:

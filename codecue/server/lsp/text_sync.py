@@ -22,7 +22,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from codecue.document import PositionError
 
 if TYPE_CHECKING:
-    from codecue.server.session import CodeCueServer
+    from codecue.server.lsp.session import CodeCueServer
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """``initialize`` (options, model check), ``shutdown`` and ``exit``.
 
-``initialize`` validates ``initializationOptions`` once (see :mod:`codecue.server.options`); problems,
+``initialize`` validates ``initializationOptions`` once (see :mod:`codecue.server.lsp.options`); problems,
 including a model reference that does not resolve, are reported in one ``window/showMessage`` (LSP allows
 that during ``initialize``) and the defaults are used. ``initialize`` is answered at once; the session's
 models start loading in the background then (:meth:`ModelWorker.preload`), so the first completion does not
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from codecue.errors import CodeCueError
-from codecue.server.options import ModelOptions, ServerOptions, parse_options
+from codecue.server.lsp.options import ModelOptions, ServerOptions, parse_options
 
 if TYPE_CHECKING:
-    from codecue.server.session import CodeCueServer
+    from codecue.server.lsp.session import CodeCueServer
 
 log = logging.getLogger(__name__)
 

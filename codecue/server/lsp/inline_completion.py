@@ -33,15 +33,15 @@ from pygls.exceptions import JsonRpcInvalidParams
 from codecue.document import PositionError, typed_since
 from codecue.engine.postprocess import streamable
 from codecue.request import CompletionRequest, CursorInfo, JobKind, RequestOptions, prepare
-from codecue.server import accepted
-from codecue.server.prompt import project_context
-from codecue.server.stats import CancelRecord
-from codecue.server.streaming import partial_params, send_partial
-from codecue.server.worker import GenerationJob
+from codecue.server.lsp import accepted
+from codecue.server.lsp.prompt import project_context
+from codecue.server.lsp.stats import CancelRecord
+from codecue.server.lsp.streaming import partial_params, send_partial
+from codecue.server.worker.model_worker import GenerationJob
 
 if TYPE_CHECKING:
     from codecue.engine.results import GenerationResult
-    from codecue.server.session import CodeCueServer
+    from codecue.server.lsp.session import CodeCueServer
 
 log = logging.getLogger(__name__)
 

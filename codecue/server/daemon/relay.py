@@ -19,10 +19,10 @@ from typing import Any
 
 from codecue.document import DocumentStore, PositionError
 from codecue.errors import CodeCueError
-from codecue.server import daemon_client
-from codecue.server.framing import STREAM_LIMIT, encode_frame, read_frame
-from codecue.server.jsonrpc import INTERNAL_ERROR, Message, decode, error_response
-from codecue.server.stdio import FdWriter, stream_from_fd, take_stdio
+from codecue.server.daemon import client as daemon_client
+from codecue.server.wire.framing import STREAM_LIMIT, encode_frame, read_frame
+from codecue.server.wire.jsonrpc import INTERNAL_ERROR, Message, decode, error_response
+from codecue.server.wire.stdio import FdWriter, stream_from_fd, take_stdio
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class Relay:
     def track_state(self, message: Message) -> None:
         """Remember what a restarted daemon needs to be told. Called after the message went out, so that a
         replay that happens while sending it describes the state before it. Only what the daemon acts on
-        counts: requests and notifications as :func:`codecue.server.jsonrpc.decode` reads them (a
+        counts: requests and notifications as :func:`codecue.server.wire.jsonrpc.decode` reads them (a
         notification's name sent with an id is a refused request, not a notification)."""
         if message.kind == "request":
             if message.method == "initialize" and self.initialize is None:

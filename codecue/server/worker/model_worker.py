@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from codecue.engine.fim import prompt_budget
 from codecue.models.config import CompletionConfig
 from codecue.request import JobKind, PreparedJob, RequestOptions, complete_job, warm_job
-from codecue.server.model_process import ModelProcessCrashed
+from codecue.server.worker.model_process import ModelProcessCrashed
 from codecue.tuning import KPolicy
 from codecue.tuning.policy import Depth
 
@@ -62,7 +62,7 @@ def load_completer(config: CompletionConfig) -> Completer:
         remote = RemoteCompleter.load(config.models.remote, tokenizer_model=config.models.target,
                                       budget=prompt_budget(config.decoding), local_factory=lambda: load_completer(local))
         return remote  # type: ignore[return-value]
-    from codecue.tuning.serving import load_backends, plan_config, runtimes
+    from codecue.loading.load import load_backends, plan_config, runtimes
 
     spec = plan_config(config)
     if runtimes(spec) != {"llamacpp"}:  # torch and exllamav2 import torch and transformers themselves

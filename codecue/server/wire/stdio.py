@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 
-from codecue.server.framing import STREAM_LIMIT
+from codecue.server.wire.framing import STREAM_LIMIT
 
 
 class FdWriter:

@@ -3,10 +3,10 @@
 One process per user (a lock file makes a second one exit at once). It listens only on
 ``<runtime_dir>/codecue.sock``, created with mode 0600 inside a 0700 directory, and also checks each
 peer's uid where the platform tells it. Each connection is its own LSP session
-(:class:`~codecue.server.session.CodeCueServer`); all sessions share one
-:class:`~codecue.server.worker.ModelWorker`, so the models are loaded once and generations run one at a
+(:class:`~codecue.server.lsp.session.CodeCueServer`); all sessions share one
+:class:`~codecue.server.worker.model_worker.ModelWorker`, so the models are loaded once and generations run one at a
 time. The worker unloads the models after an idle timeout; the daemon itself stays (it is small
-without them). See :mod:`codecue.server.daemon_client` for the connection preamble.
+without them). See :mod:`codecue.server.daemon.client` for the connection preamble.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from codecue.errors import CodeCueError
 from codecue.models.config import CompletionConfig
 from codecue.options import read_wire_values
 from codecue.paths import atomic_write_text
-from codecue.server.daemon_client import ensure_runtime_dir, lock_path, pid_path, socket_path
-from codecue.server.framing import STREAM_LIMIT
-from codecue.server.session import CodeCueServer
-from codecue.server.transport import serve_session
-from codecue.server.worker import CompleterFactory, ModelWorker, load_completer
+from codecue.server.daemon.client import ensure_runtime_dir, lock_path, pid_path, socket_path
+from codecue.server.daemon.streams import serve_session
+from codecue.server.lsp.session import CodeCueServer
+from codecue.server.wire.framing import STREAM_LIMIT
+from codecue.server.worker.model_worker import CompleterFactory, ModelWorker, load_completer
 
 log = logging.getLogger(__name__)
 

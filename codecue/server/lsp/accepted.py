@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from codecue.acceptance import ACCEPT_KINDS, AcceptanceStore
 
 if TYPE_CHECKING:
-    from codecue.server.session import CodeCueServer
+    from codecue.server.lsp.session import CodeCueServer
 
 log = logging.getLogger(__name__)
 

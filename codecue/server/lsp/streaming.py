@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from codecue.server.session import CodeCueServer
+    from codecue.server.lsp.session import CodeCueServer
 
 PARTIAL_COMPLETION = "codecue/partialCompletion"
 
