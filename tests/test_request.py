@@ -30,8 +30,8 @@ class Recording:
     """A completer that records what each job hands it, and answers with the real tiny completer's
     evaluation; a next line's text is scripted (a random tiny model rarely writes a newline)."""
 
-    def __init__(self, inner: Any, next_line: str = "        total -= 1") -> None:
-        self.inner, self.next_line = inner, next_line
+    def __init__(self, inner: Any, next_line: str = "        total -= 1", completion: str | None = None) -> None:
+        self.inner, self.next_line, self.completion = inner, next_line, completion
         self.calls: list[tuple[str, str, str, dict[str, Any]]] = []  # (what, prefix, suffix, kwargs)
         self.lock = threading.Lock()
 
@@ -44,7 +44,9 @@ class Recording:
         with self.lock:
             self.calls.append((what, prefix, suffix, kwargs))
         result = self.inner.complete(prefix, suffix, **kwargs)
-        return replace(result, text=self.next_line) if what == "next-line" else result
+        if what == "next-line":
+            return replace(result, text=self.next_line)
+        return result if self.completion is None else replace(result, text=self.completion)
 
     def warm_context(self, prefix: str, suffix: str, extra_context=(), **kwargs: Any) -> int:
         evaluated = self.inner.warm_context(prefix, suffix, extra_context, **kwargs)
@@ -207,7 +209,46 @@ async def test_a_rest_at_a_lines_end_prepares_the_next_line_and_enter_is_answere
                                           "end": {"line": LINE + 1, "character": 8}}, "text": "tot"}]})
         assert await session.complete(uri, LINE + 1, 11) == "al -= 1"
         await asyncio.sleep(0.2)
-        assert session.worker.generations == generations and len(recording.calls) == calls
+        # (what runs since is the rest at the new line's end: background work, no completion)
+        assert session.worker.generations == generations and "complete" not in recording.kinds()[calls:]
+    finally:
+        session.close()
+
+
+async def test_a_line_end_typed_through_moves_the_next_line_to_the_users_place(
+        source_file, make_completer, monkeypatch):
+    from codecue.server.worker import model_worker as worker_module
+
+    monkeypatch.setattr(worker_module, "NEXT_LINE_AFTER_S", 0.05)
+    monkeypatch.setattr(worker_module, "REFINE_AFTER_S", 30.0)  # the chain's full prompt stays out of the way
+    recording = Recording(make_completer(draft=None), completion=": # each one")
+    session = Session(recording)
+    uri = source_file.as_uri()
+    text = source_file.read_text().replace("in values:\n", "in values\n")
+    try:
+        session.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                               "text": text}})
+        assert await session.complete(uri, LINE, CHARACTER - 1) == ": # each one"
+        await until(lambda: recording.kinds()[-1:] == ["next-line"], what="the next line after the request's place")
+        assert recording.calls[-1][1].endswith("in values\n")
+        # The user types the colon the suggestion starts with: typed through, no job of its own ...
+        session.send("textDocument/didChange", {
+            "textDocument": {"uri": uri, "version": 2},
+            "contentChanges": [{"range": {"start": {"line": LINE, "character": CHARACTER - 1},
+                                          "end": {"line": LINE, "character": CHARACTER - 1}}, "text": ":"}]})
+        assert await session.complete(uri, LINE, CHARACTER) == " # each one"
+        # ... and rests: the next line is prepared after the line as the user ended it.
+        await until(lambda: any(call[0] == "next-line" and call[1].endswith("in values:\n")
+                                for call in recording.calls), what="the next line after the typed colon")
+        await until(lambda: session.stats()["session"]["nextLinesPrepared"] >= 2, what="the held next line")
+        completes = recording.kinds().count("complete")
+        session.send("textDocument/didChange", {
+            "textDocument": {"uri": uri, "version": 3},
+            "contentChanges": [{"range": {"start": {"line": LINE, "character": CHARACTER},
+                                          "end": {"line": LINE, "character": CHARACTER}}, "text": "\n        "}]})
+        assert await session.complete(uri, LINE + 1, 8) == "total -= 1"
+        assert session.stats()["session"]["nextLineServed"] == 1
+        assert recording.kinds().count("complete") == completes
     finally:
         session.close()
 

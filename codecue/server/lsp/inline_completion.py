@@ -148,10 +148,12 @@ class InlineCompletions:
                         server.stats.type_through += 1
                         rest = final[len(typed):]
                         self._send(request, rest, done=True)
+                        self._rest_here(request, gen, rest)
                         return rest
                 elif gen.text.startswith(typed) or (gen.state == "running" and typed.startswith(gen.text)):
                     if typed or gen.subscriber is not None:
                         server.stats.adopted += 1
+                    self._rest_here(request, gen)
                     return await self._subscribe(gen, request, typed)
         held_line = self.next_lines.get(request.uri)
         if held_line is not None and held_line is not gen:
@@ -224,6 +226,23 @@ class InlineCompletions:
         for job, follower in zip(chain, chain[1:], strict=False):
             job.then = follower
         return chain[0]
+
+    def _rest_here(self, request: CompletionRequest, gen: Generation, shown: str | None = None) -> None:
+        """A request at a line's end answered from ``gen`` without a job of its own (typed through, or
+        joining it): the rest prepares this place, the line after the user's own text, not the place the
+        generation started at (``shown``: what it showed, where ``gen`` is done)."""
+        server = self.server
+        if not (server.options.work_ahead and request.at_line_end) or gen.job is None:
+            return
+        held = self.next_lines.get(request.uri)
+        if held is not None and (held.prefix, held.suffix) == (request.prefix + "\n", request.suffix):
+            return  # prepared here already
+        chain = self._rest(request, gen.info, self._context(request.uri, request.language_id, request.prefix,
+                                                            request.suffix))
+        if gen.state == "done":
+            server.worker.rest_at(chain, shown or "")
+        else:  # the worker leaves it for idle time when the generation ends
+            gen.job.when_idle = chain
 
     def _next_line_job(self, request: CompletionRequest, info: CursorInfo, context: list[tuple[str, str]], *,
                        hold: bool) -> GenerationJob:

@@ -225,6 +225,19 @@ class ModelWorker:
             self._cond.notify()
         return job.future
 
+    def rest_at(self, chain: GenerationJob, shown: str) -> None:
+        """Idle work for a place a request was answered at without a job (typed through a finished
+        suggestion that showed ``shown``): ``chain`` replaces what the last job left for idle time (an
+        earlier place's) and the warm-up or next line running for it; idle time counts from now."""
+        with self._cond:
+            if self._stopping or any(not waiting.background for waiting in self._queue):
+                return
+            self._cancel_background_locked(only=(JobKind.WARM, JobKind.NEXT_LINE))
+            self._when_idle = chain
+            self._when_idle_after = _idle_wait(chain, shown)
+            self.last_activity = time.monotonic()
+            self._cond.notify()
+
     def preload(self, config: CompletionConfig) -> None:
         """Load ``config``'s models in the background unless they are loaded: an editor that just connected
         asks for a completion soon, and loading is most of a cold start. A request that comes meanwhile
