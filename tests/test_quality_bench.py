@@ -65,3 +65,24 @@ def test_file_heads_same_language_other_documents_in_stable_order():
     assert [p for p, _ in got] == ["/a.py", "/b.py"]
     assert got[0][1] == "import a\n" * 5  # the head, cut at a line end
     assert got[1][1] == "import b\n"
+
+
+def test_the_next_line_variant_scores_the_line_shown_at_enter_with_its_indentation(make_completer):
+    from codecue_bench.quality import NEXT_LINE_VARIANT, line_before, next_line_prompt, run_quality
+
+    points = [p for p in project_points(languages=["python"]) if p.path == "totals.py"]
+    start = next(p for p in points if not p.typed and p.prefix.rsplit("\n", 1)[-1])  # an indented line start
+    before = line_before(start)
+    indent = start.prefix.rsplit("\n", 1)[-1]
+    assert before is not None and before.hole == indent + start.hole and start.prefix == before.prefix + "\n" + indent
+    assert line_before(QualityPoint(**{**start.__dict__, "typed": "x"})) is None
+
+    completer = make_completer(draft=None)
+    ids, job = next_line_prompt(completer, before, 8)
+    assert job.prefix == before.prefix + "\n" and job.stop_rule is not None and job.stop_rule.next_line
+    assert ids == completer.prompt_for(job, full=True)
+    records = run_quality(completer, [start, QualityPoint(**{**start.__dict__, "typed": "x"})], [NEXT_LINE_VARIANT],
+                          max_tokens=8)
+    assert [r.point for r in records] == [start.name]  # a mid-line point has no line before to rest at
+    record = records[0]
+    assert record.exact == (record.shown.split("\n", 1)[0].rstrip() == indent + start.hole)

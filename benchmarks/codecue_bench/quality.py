@@ -58,7 +58,7 @@ from codecue.engine.fim import (
 from codecue.engine.postprocess import suffix_repeat_cut, tidy_completion
 from codecue.errors import CodeCueError
 from codecue.models.flags import add_model_arguments, config_from_args
-from codecue.request import CompletionRequest, PreparedJob, RequestOptions, cursor_in, prepare
+from codecue.request import CompletionRequest, JobKind, PreparedJob, RequestOptions, cursor_in, prepare
 from codecue.server.lsp.prompt import project_context, uri_to_path
 from codecue_bench.llama_server import LlamaServer
 from codecue_bench.llamavim import (
@@ -306,6 +306,9 @@ def variants(first_tokens: int = FIRST_TOKENS) -> dict[str, Callable[[Any, Quali
 #: the variant an editor is shown once idle time warmed the place: the server's own prompt (its layout and
 #: budget, chunks of the project's other files open), built by the completer from the prepared job
 SERVER_VARIANT = "psm-mid/chunks"
+#: the line shown at Enter after a rest at the end of the line before: the next line the server prepares
+#: there (JobKind.NEXT_LINE, the server's prompt), scored with its indentation against the point's line
+NEXT_LINE_VARIANT = "next-line"
 #: the llama.vim-shaped prompt on CodeCue's backend; ``llama.vim`` was its name before the peer came
 CODECUE_LLAMA_VIM = "codecue/llama.vim"
 FORMER_VARIANTS = {"llama.vim": CODECUE_LLAMA_VIM}
@@ -350,7 +353,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", nargs="+", default=None,
                         help="prompt variants LAYOUT/CONTEXT[/first[@TOKENS]] (psm|psm-mid|spm / none|heads|chunks|imports; "
                              "/first: the short prompt of a place the cache does not hold, @TOKENS its window, default "
-                             f"--first-tokens), {CODECUE_LLAMA_VIM} (a llama.vim-style prompt on CodeCue's backend) or "
+                             f"--first-tokens), {NEXT_LINE_VARIANT} (the next line the server prepares at the end of the line "
+                             f"before a line-start point), {CODECUE_LLAMA_VIM} (a llama.vim-style prompt on CodeCue's "
+                             "backend) or "
                              f"{PEER_NAME} (llama.vim's request to llama-server; needs it built: "
                              f"scripts/build_llama_server.sh) (default: {' '.join(DEFAULT_VARIANTS)})")
     parser.add_argument("--languages", nargs="+", choices=LANGUAGES, help="project languages (default: all)")
@@ -462,7 +467,8 @@ def score(point: QualityPoint, variant: str, raw: str, stop_reason: str, prompt_
     )
 
 
-def point_job(point: QualityPoint, max_tokens: int, extra_context: Sequence[tuple[str, str]] = ()) -> PreparedJob:
+def point_job(point: QualityPoint, max_tokens: int, extra_context: Sequence[tuple[str, str]] = (), *,
+              kind: JobKind = JobKind.COMPLETE) -> PreparedJob:
     """The job an editor's request at the point makes (:func:`codecue.request.prepare`, as the server
     prepares it), with ``extra_context`` as the other files' chunks: its stop is every variant's."""
     text = point.prefix + point.suffix
@@ -470,8 +476,24 @@ def point_job(point: QualityPoint, max_tokens: int, extra_context: Sequence[tupl
     character = len(point.prefix) - point.prefix.rfind("\n") - 1
     request = CompletionRequest(f"file:///{point.project}/{point.path}", 0, line, character, point.prefix,
                                 point.suffix, point.language, RequestOptions(max_tokens=max_tokens))
-    return prepare(request, cursor_in(text, point.path, line, character, point.language),
+    return prepare(request, cursor_in(text, point.path, line, character, point.language), kind=kind,
                    extra_context=extra_context)
+
+
+def line_before(point: QualityPoint) -> QualityPoint | None:
+    """A line-start point seen from the end of the line before it (where a rest prepares the next line):
+    the prefix without the line's indentation and newline, the hole the whole line, indentation included.
+    None for a mid-line point, or one on the first line."""
+    head, newline, indent = point.prefix.rpartition("\n")
+    if point.typed or not newline or indent.strip():
+        return None
+    return replace(point, prefix=head, hole=indent + point.hole)
+
+
+def next_line_prompt(completer: Completer, point: QualityPoint, max_tokens: int) -> tuple[list[int], PreparedJob]:
+    """The :data:`NEXT_LINE_VARIANT`'s prompt at ``point`` (a :func:`line_before` point), and its job."""
+    job = point_job(point, max_tokens, chunk_context(point, completer.budget), kind=JobKind.NEXT_LINE)
+    return completer.prompt_for(job, full=True), job
 
 
 def server_prompt(completer: Completer, point: QualityPoint, max_tokens: int) -> tuple[list[int], PreparedJob]:
@@ -490,6 +512,7 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
     """Every variant in ``names`` over ``points``: CodeCue's prompts decoded by ``completer`` (None when only
     peers run), the ``peers`` (variant -> point -> record, :func:`llama_vim_peer`) by themselves."""
     table = variants(first_tokens)
+    table[NEXT_LINE_VARIANT] = table[SERVER_VARIANT]  # built by next_line_prompt
     peers = peers or {}
     names = [FORMER_VARIANTS.get(n, n) for n in names]
     for name in names:  # LAYOUT/CONTEXT/first@N: the short prompt with a window of N new tokens
@@ -510,7 +533,15 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
                 record = peers[name](point)
             else:
                 assert build is not None and completer is not None
-                if name == SERVER_VARIANT:
+                stop = stops[point.name]
+                if name == NEXT_LINE_VARIANT:
+                    before = line_before(point)
+                    if before is None:
+                        continue
+                    point = before
+                    ids, job = next_line_prompt(completer, point, max_tokens)
+                    stop, point = job.stop_rule, replace(point, prefix=job.prefix)
+                elif name == SERVER_VARIANT:
                     ids = server_prompt(completer, point, max_tokens)[0]
                 else:
                     text = build(completer.tokenizer, point)
@@ -518,8 +549,7 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
                 if "/first" not in name:
                     completer.warm(ids, fresh=True)
                 t0 = time.perf_counter()
-                result = completer.generate_ids(ids, max_tokens=max_tokens, k=0, draft_mode="none",
-                                                stop_rule=stops[point.name])
+                result = completer.generate_ids(ids, max_tokens=max_tokens, k=0, draft_mode="none", stop_rule=stop)
                 record = score(point, name, result.text, result.stop_reason, len(ids),
                                (time.perf_counter() - t0) * 1e3)
             records.append(record)
