@@ -234,6 +234,12 @@ class Keystroke:
     def final_ms(self) -> float | None:
         return None if self.final is None else (self.final - self.sent) * 1e3
 
+    def answered_ms(self) -> float | None:
+        """Until the first text, or the answer with none (nothing to add here, a blank line next)."""
+        if self.first_text is not None or self.answered_empty is None:
+            return self.first_text_ms()
+        return (self.answered_empty - self.sent) * 1e3
+
 
 def percentile(values: Sequence[float | None], q: float) -> float | None:
     """Nearest-rank percentile where None means "slower than everything measured" (censored)."""
@@ -556,13 +562,14 @@ async def _line_flow(completer: Models, text: str, uri: str, language_id: str, *
             enters.append(enter)
             nexts.append(next_key)
             shown = (enter.shown_text or "").split("\n", 1)[0].rstrip()
-            per_place.append({"line": line_no, "enter_ms": enter.first_text_ms(),
+            per_place.append({"line": line_no, "enter_ms": enter.first_text_ms(), "enter_answered_ms": enter.answered_ms(),
                               "next_key_ms": next_key.first_text_ms(), "shown": enter.shown_text,
                               "removed": removed.strip(), "exact": shown == removed.strip()})
             client.notify("textDocument/didClose", {"textDocument": {"uri": place_uri}})
         session = server.stats.snapshot()["session"]
     return {"places": len(enters), "typed_keys": typed_keys, "interval_ms": interval_s * 1e3, "rest_ms": rest_s * 1e3,
             "enter_first_text_ms": summarize([k.first_text_ms() for k in enters]),
+            "enter_answered_ms": summarize([k.answered_ms() for k in enters]),
             "next_key_first_text_ms": summarize([k.first_text_ms() for k in nexts]),
             "enter_exact": sum(p["exact"] for p in per_place),
             "next_lines_prepared": session["nextLinesPrepared"], "next_line_served": session["nextLineServed"],
@@ -601,9 +608,12 @@ async def _rest_flow(completer: Models, text: str, uri: str, language_id: str, *
                 client.by_id[msg_id] = key
                 await asyncio.wait([future], timeout=timeout_s)
                 shown["fresh" if fresh else f"rest_{rest_s:g}s"] = key.final_text or ""
+                if fresh:  # how long this machine needs to evaluate the full prompt once, and answer
+                    shown["fresh_ms"] = key.final_ms()
         per_place.append({"line": line_no, "removed": removed.strip(), **shown})
     keys = [f"rest_{r:g}s" for r in rests_s]
     return {"places": len(per_place), "rests_s": list(rests_s),
+            "fresh_ms": summarize([p["fresh_ms"] for p in per_place]),
             "equals_fresh": {k: sum(p[k] == p["fresh"] for p in per_place) for k in keys},
             "exact": {k: sum(p[k].split("\n", 1)[0].strip() == p["removed"] for p in per_place)
                       for k in (*keys, "fresh")},
