@@ -567,13 +567,14 @@ async def _line_flow(completer: Models, text: str, uri: str, language_id: str, *
                               "removed": removed.strip(), "exact": shown == removed.strip()})
             client.notify("textDocument/didClose", {"textDocument": {"uri": place_uri}})
         session = server.stats.snapshot()["session"]
+        generations = list(server.stats.generations)[1:]  # each request's prompt and prefill (not the load's)
     return {"places": len(enters), "typed_keys": typed_keys, "interval_ms": interval_s * 1e3, "rest_ms": rest_s * 1e3,
             "enter_first_text_ms": summarize([k.first_text_ms() for k in enters]),
             "enter_answered_ms": summarize([k.answered_ms() for k in enters]),
             "next_key_first_text_ms": summarize([k.first_text_ms() for k in nexts]),
             "enter_exact": sum(p["exact"] for p in per_place),
             "next_lines_prepared": session["nextLinesPrepared"], "next_line_served": session["nextLineServed"],
-            "per_place": per_place}
+            "per_place": per_place, "generations": generations}
 
 
 async def _rest_flow(completer: Models, text: str, uri: str, language_id: str, *, places: int, rests_s: Sequence[float],
