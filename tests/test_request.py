@@ -87,6 +87,12 @@ class Session:
         dispatch(self.server, json.dumps(message).encode())
         return msg_id
 
+    def insert(self, uri: str, version: int, line: int, character: int, text: str) -> None:
+        """The editor inserts ``text`` at (line, character): a key typed, Enter with its indentation."""
+        at = {"line": line, "character": character}
+        self.send("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                             "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]})
+
     def answer(self, msg_id: int) -> Any:
         for message in framed_messages(self.writer.data):
             if message.get("id") == msg_id and "method" not in message:
@@ -196,17 +202,11 @@ async def test_a_rest_at_a_lines_end_prepares_the_next_line_and_enter_is_answere
         generations = session.worker.generations
         calls = len(recording.calls)
         # Enter, and the indentation the editor inserts: answered from the held line, no generation.
-        session.send("textDocument/didChange", {
-            "textDocument": {"uri": uri, "version": 2},
-            "contentChanges": [{"range": {"start": {"line": LINE, "character": CHARACTER},
-                                          "end": {"line": LINE, "character": CHARACTER}}, "text": "\n        "}]})
+        session.insert(uri, 2, LINE, CHARACTER, "\n        ")
         assert await session.complete(uri, LINE + 1, 8) == "total -= 1"
         assert session.stats()["session"]["nextLineServed"] == 1
         # The first keys typed as suggested: type-through, still no generation.
-        session.send("textDocument/didChange", {
-            "textDocument": {"uri": uri, "version": 3},
-            "contentChanges": [{"range": {"start": {"line": LINE + 1, "character": 8},
-                                          "end": {"line": LINE + 1, "character": 8}}, "text": "tot"}]})
+        session.insert(uri, 3, LINE + 1, 8, "tot")
         assert await session.complete(uri, LINE + 1, 11) == "al -= 1"
         await asyncio.sleep(0.2)
         # (what runs since is the rest at the new line's end: background work, no completion)
@@ -232,20 +232,14 @@ async def test_a_line_end_typed_through_moves_the_next_line_to_the_users_place(
         await until(lambda: recording.kinds()[-1:] == ["next-line"], what="the next line after the request's place")
         assert recording.calls[-1][1].endswith("in values\n")
         # The user types the colon the suggestion starts with: typed through, no job of its own ...
-        session.send("textDocument/didChange", {
-            "textDocument": {"uri": uri, "version": 2},
-            "contentChanges": [{"range": {"start": {"line": LINE, "character": CHARACTER - 1},
-                                          "end": {"line": LINE, "character": CHARACTER - 1}}, "text": ":"}]})
+        session.insert(uri, 2, LINE, CHARACTER - 1, ":")
         assert await session.complete(uri, LINE, CHARACTER) == " # each one"
         # ... and rests: the next line is prepared after the line as the user ended it.
         await until(lambda: any(call[0] == "next-line" and call[1].endswith("in values:\n")
                                 for call in recording.calls), what="the next line after the typed colon")
         await until(lambda: session.stats()["session"]["nextLinesPrepared"] >= 2, what="the held next line")
         completes = recording.kinds().count("complete")
-        session.send("textDocument/didChange", {
-            "textDocument": {"uri": uri, "version": 3},
-            "contentChanges": [{"range": {"start": {"line": LINE, "character": CHARACTER},
-                                          "end": {"line": LINE, "character": CHARACTER}}, "text": "\n        "}]})
+        session.insert(uri, 3, LINE, CHARACTER, "\n        ")
         assert await session.complete(uri, LINE + 1, 8) == "total -= 1"
         assert session.stats()["session"]["nextLineServed"] == 1
         assert recording.kinds().count("complete") == completes
