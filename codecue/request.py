@@ -94,6 +94,12 @@ class CompletionRequest:
         """Whether nothing but blanks follows the cursor on its line (where Enter starts a new line)."""
         return not self.suffix.split("\n", 1)[0].strip() and bool(self.prefix.rsplit("\n", 1)[-1].strip())
 
+    @property
+    def next_line(self) -> CompletionRequest:
+        """The place after Enter at the end of this line, before the editor's indentation: where a next
+        line is prepared (the model writes the indentation)."""
+        return replace(self, prefix=self.prefix + "\n")
+
 
 @dataclass(frozen=True)
 class PreparedJob:
@@ -117,7 +123,7 @@ def prepare(request: CompletionRequest, cursor: CursorInfo, *, kind: JobKind = J
     the cursor). A next line is prepared at the start of a new line after the cursor's (the newline
     inserted, no indentation: the model writes it) and stops at that line's end."""
     if kind is JobKind.NEXT_LINE:
-        request = replace(request, prefix=request.prefix + "\n")
+        request = request.next_line
     return PreparedJob(kind, request.prefix, request.suffix, tuple(extra_context), request.path, request.options,
                        cursor.language, cursor.context_class, stop_rule(kind, request, cursor))
 

@@ -512,14 +512,13 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
     """Every variant in ``names`` over ``points``: CodeCue's prompts decoded by ``completer`` (None when only
     peers run), the ``peers`` (variant -> point -> record, :func:`llama_vim_peer`) by themselves."""
     table = variants(first_tokens)
-    table[NEXT_LINE_VARIANT] = table[SERVER_VARIANT]  # built by next_line_prompt
     peers = peers or {}
     names = [FORMER_VARIANTS.get(n, n) for n in names]
     for name in names:  # LAYOUT/CONTEXT/first@N: the short prompt with a window of N new tokens
         base, at, window = name.partition("@")
         if at and base.endswith("/first") and window.isdigit() and int(window) > 0:
             table[name] = variants(int(window))[base]
-    unknown = [n for n in names if n not in table and n not in peers]
+    unknown = [n for n in names if n not in table and n not in peers and n != NEXT_LINE_VARIANT]
     if unknown:
         known = [*table, *PEER_VARIANTS]
         raise CodeCueError(f"unknown quality variant(s) {unknown}",
@@ -532,18 +531,18 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
             if name in peers:
                 record = peers[name](point)
             else:
-                assert build is not None and completer is not None
+                assert completer is not None
                 stop = stops[point.name]
                 if name == NEXT_LINE_VARIANT:
                     before = line_before(point)
                     if before is None:
                         continue
-                    point = before
-                    ids, job = next_line_prompt(completer, point, max_tokens)
-                    stop, point = job.stop_rule, replace(point, prefix=job.prefix)
+                    ids, job = next_line_prompt(completer, before, max_tokens)
+                    stop, point = job.stop_rule, replace(before, prefix=job.prefix)  # scored from the new line
                 elif name == SERVER_VARIANT:
                     ids = server_prompt(completer, point, max_tokens)[0]
                 else:
+                    assert build is not None
                     text = build(completer.tokenizer, point)
                     ids = completer.tokenizer.encode(text, add_special_tokens=False)
                 if "/first" not in name:

@@ -234,11 +234,12 @@ class InlineCompletions:
         server = self.server
         if not (server.options.work_ahead and request.at_line_end) or gen.job is None:
             return
-        held = self.next_lines.get(request.uri)
-        if held is not None and (held.prefix, held.suffix) == (request.prefix + "\n", request.suffix):
+        held, place = self.next_lines.get(request.uri), request.next_line
+        if held is not None and (held.prefix, held.suffix) == (place.prefix, place.suffix):
             return  # prepared here already
-        chain = self._rest(request, gen.info, self._context(request.uri, request.language_id, request.prefix,
-                                                            request.suffix))
+        # The project context the generation chose a few keys back, on the same line: not chosen again
+        # at every key typed through.
+        chain = self._rest(request, gen.info, list(gen.job.prepared.extra_context))
         if gen.state == "done":
             server.worker.rest_at(chain, shown or "")
         else:  # the worker leaves it for idle time when the generation ends

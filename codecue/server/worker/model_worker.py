@@ -233,10 +233,14 @@ class ModelWorker:
             if self._stopping or any(not waiting.background for waiting in self._queue):
                 return
             self._cancel_background_locked(only=(JobKind.WARM, JobKind.NEXT_LINE))
-            self._when_idle = chain
-            self._when_idle_after = _idle_wait(chain, shown)
+            self._leave_for_idle_locked(chain, shown)
             self.last_activity = time.monotonic()
             self._cond.notify()
+
+    def _leave_for_idle_locked(self, chain: GenerationJob, shown: str) -> None:
+        """``chain`` is what idle time runs next, after a suggestion that showed ``shown`` (:func:`_idle_wait`)."""
+        self._when_idle = chain
+        self._when_idle_after = _idle_wait(chain, shown)
 
     def preload(self, config: CompletionConfig) -> None:
         """Load ``config``'s models in the background unless they are loaded: an editor that just connected
@@ -529,8 +533,7 @@ class ModelWorker:
                     # on) must find this to drop. One already waiting is for a newer place.
                     with self._cond:
                         if not any(waiting.kind is JobKind.WARM for waiting in self._queue):
-                            self._when_idle = job.when_idle
-                            self._when_idle_after = _idle_wait(job.when_idle, result.text)
+                            self._leave_for_idle_locked(job.when_idle, result.text)
                 job.future.set_result(result)
                 job.warm_complete = result.stop_reason != "cancelled"
                 self._follow(job)
