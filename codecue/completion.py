@@ -17,7 +17,14 @@ from typing import Any
 from codecue.backends import CachedSequence
 from codecue.backends.base import Backend, GPUOutOfMemory
 from codecue.engine.code_vocab import code_token_ids
-from codecue.engine.fim import PromptBudget, build_fim_prompt, choose_prompt, prompt_budget
+from codecue.engine.fim import (
+    FIM_MIDDLE,
+    FIM_SUFFIX,
+    PromptBudget,
+    build_fim_prompt,
+    choose_prompt,
+    prompt_budget,
+)
 from codecue.engine.proposers import (
     DraftModelProposer,
     HybridProposer,
@@ -65,6 +72,13 @@ def special_token_ids(tokenizer) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
+def cursor_marks(tokenizer) -> frozenset[int]:
+    """The FIM tokens a prompt puts at the cursor (``<|fim_suffix|>``, ``<|fim_middle|>``), which the cache
+    does not shift a run across right after a change (:data:`~codecue.backends.kv_cache.MARK_CONTEXT`)."""
+    ids = (tokenizer.convert_tokens_to_ids(name) for name in (FIM_SUFFIX, FIM_MIDDLE))
+    return frozenset(tid for tid in ids if isinstance(tid, int) and tid != tokenizer.unk_token_id)
+
+
 class Completer:
     """Holds the models and their caches; one completion at a time (``lock``)."""
 
@@ -84,8 +98,10 @@ class Completer:
         if len(tokenizer) > target.vocab_size:
             raise ModelError(f"tokenizer has {len(tokenizer)} tokens, more than target {names[0]}'s "
                              f"{target.vocab_size}", "the tokenizer does not belong to this model")
-        self.target = CachedSequence(target, min_chunk=self.decoding.chunk_reuse)
-        self.draft = CachedSequence(draft, min_chunk=self.decoding.chunk_reuse) if draft is not None else None
+        marks = cursor_marks(tokenizer)
+        self.target = CachedSequence(target, min_chunk=self.decoding.chunk_reuse, marks=marks)
+        self.draft = (CachedSequence(draft, min_chunk=self.decoding.chunk_reuse, marks=marks)
+                      if draft is not None else None)
         self.eos_ids = special_token_ids(tokenizer)
         self.draft_vocab_map = None
         # A load-time setting: the draft's head is restricted once, here (DecodingSettings).

@@ -28,7 +28,7 @@ import torch
 
 from codecue.backends import llamacpp
 from codecue.backends.base import Chunk
-from codecue.backends.kv_cache import MIN_TAIL_CHUNK, CachedSequence, reuse_plan
+from codecue.backends.kv_cache import MARK_CONTEXT, MIN_TAIL_CHUNK, CachedSequence, reuse_plan
 from codecue.backends.llamacpp import LlamaCppBackend
 from codecue.engine.fim import PromptBudget, build_fim_prompt
 from codecue.models.config import DecodingSettings
@@ -291,8 +291,9 @@ def test_a_moved_context_chunk_evaluates_only_that_chunk(backends, tokenizer, mo
 
 
 def enter_in_a_window(tokenizer) -> tuple[list[int], list[int]]:
-    """The first window's prompts (192 tokens, psm-mid) at the end of a line, and after Enter there: the
-    cursor line joins the prefix, the suffix comes back unchanged (48 tokens: shorter than MIN_CHUNK)."""
+    """The first window's prompts (192 tokens, psm-mid) at the end of a line, and after Enter there (the
+    new line's indentation only: plain PSM): the cursor line joins the prefix, and ``<|fim_suffix|>`` with
+    the suffix comes back unchanged right after it (48 tokens: shorter than MIN_CHUNK)."""
     text = source(8)
     at = text.index("\n", text.index("def handler_4")) + 1
     at = text.index("\n", at)  # the end of handler_4's second line
@@ -302,8 +303,34 @@ def enter_in_a_window(tokenizer) -> tuple[list[int], list[int]]:
     return before, after
 
 
+def marks_of(tokenizer) -> frozenset[int]:
+    from codecue.completion import cursor_marks
+
+    return cursor_marks(tokenizer)
+
+
+def test_the_plan_keeps_no_run_that_starts_at_the_cursor_marks() -> None:
+    """A run holding a cursor mark (``<|fim_suffix|>``) within MARK_CONTEXT tokens of its start attended to
+    the old cursor: evaluated again. One that starts further back (the window slid) is kept."""
+    head, a, b, line, mark = [5] * 10, random_tokens(100, 2), random_tokens(40, 3), [1, 2, 3, 4], 999
+    cached = head + a + [mark] + b + [9]
+    entered = head + a + line + [mark] + b + [9]  # Enter: the suffix behind a prefix whose end changed
+    assert reuse_plan(cached, entered, 110, len(entered) - 1, 64) == [Chunk(110, 114, 41)]
+    assert reuse_plan(cached, entered, 110, len(entered) - 1, 64, frozenset({mark})) == []
+    slid = head + a[40:] + [mark] + b + [9]  # the prefix lost its first lines: the cursor's context stays
+    assert reuse_plan(cached, slid, 10, len(slid) - 1, 64, frozenset({mark})) == [Chunk(50, 10, 101)]
+    near = head + a[:-MARK_CONTEXT] + [7] + a[-MARK_CONTEXT:] + [mark] + b + [9]
+    assert reuse_plan(cached, near, 110 - MARK_CONTEXT, len(near) - 1, 16, frozenset({mark})) == \
+        [Chunk(110 - MARK_CONTEXT, 111 - MARK_CONTEXT, MARK_CONTEXT + 41)]
+    nearer = head + a[:-MARK_CONTEXT + 1] + [7] + a[-MARK_CONTEXT + 1:] + [mark] + b + [9]
+    assert reuse_plan(cached, nearer, 111 - MARK_CONTEXT, len(nearer) - 1, 16, frozenset({mark})) == []
+
+
 @needs_llama_cpp
-def test_enter_in_a_short_window_evaluates_the_cursor_line_not_the_suffix(backends, tokenizer, monkeypatch) -> None:
+def test_enter_in_a_short_window_evaluates_the_suffix_again(backends, tokenizer, monkeypatch) -> None:
+    """The suffix's run after Enter attended to the old cursor (the end of the line before): kept, the model
+    reads on from there. With the cursor's marks it is evaluated again, and greedy decoding from that cache
+    is a fresh evaluation's, token for token."""
     target = backends["target"]
     before, after = enter_in_a_window(tokenizer)
     keep = next(i for i, (x, y) in enumerate(zip(before, after, strict=False)) if x != y)
@@ -311,27 +338,28 @@ def test_enter_in_a_short_window_evaluates_the_cursor_line_not_the_suffix(backen
     assert after[-1] == middle and before.count(middle) == 1  # before: the cursor line after the middle
     suffix = common_suffix_length(before[: before.index(middle)], after[:-1])  # <|fim_suffix|> and the suffix
     assert MIN_TAIL_CHUNK <= suffix < MIN_CHUNK
-    changed = len(after) - 1 - keep - suffix
+    marks = marks_of(tokenizer)
 
+    target.reset()
     seq = CachedSequence(target, min_chunk=MIN_CHUNK)
+    seq.sync(before, 1)
+    seq.sync(after, 1)
+    assert seq.shifted_tokens == suffix  # without the marks: the run is kept
+
+    target.reset()
+    seq = CachedSequence(target, min_chunk=MIN_CHUNK, marks=marks)
     seq.sync(before, 1)
     decoded = count_decodes(target, monkeypatch)
     seq.sync(after, 1)
-    assert sum(decoded) == changed + 1  # the cursor line, the new line's indentation, <|fim_middle|>
-    assert seq.shifted_tokens == suffix
-    assert seq.tokens == after and held_positions(target) == (len(after) - 1, -1)
+    assert sum(decoded) == len(after) - keep and seq.shifted_tokens == 0
+    assert seq.tokens == after
 
-    # Greedy decoding from that cache, speculative or not, is the target's own.
-    from codecue.engine.proposers import DraftModelProposer
-    from codecue.engine.sampling import Sampling
-
-    reference = _generate(_holding(target, before), None, after, 0, tokenizer, max_new=24)
-    draft_seq = _holding(backends["draft"], before)
-    seq = _holding(target, before)
-    speculative = _generate(seq, DraftModelProposer(draft_seq, Sampling()), after, 4, tokenizer, max_new=24)
-    assert speculative.stats.shifted_tokens == suffix
-    _assert_same_greedy(speculative.tokens, reference.tokens, seq)
-    assert len(reference.tokens) == 24
+    backends["reference"].reset()
+    fresh = _generate(CachedSequence(backends["reference"]), None, after, 0, tokenizer, max_new=24).tokens
+    target.reset()
+    seq = CachedSequence(target, min_chunk=MIN_CHUNK, marks=marks)
+    seq.sync(before, 1)
+    assert _generate(seq, None, after, 0, tokenizer, max_new=24).tokens == fresh
 
 
 # -- (b) exactness: speculation after a shift is the target's own greedy output ---------------------------

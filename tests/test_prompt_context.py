@@ -111,6 +111,31 @@ def test_a_line_enter_and_the_next_lines_first_key_extend_one_prompt(tiny_tokeni
     assert starts == {"v0 = 0", f"v{MIDDLE_LINES} = {MIDDLE_LINES}"}
 
 
+def test_a_short_windows_long_paragraph_still_only_appends(tiny_tokenizer):
+    """In the first window at a place (192 tokens) a paragraph soon outgrows the middle's share of the
+    prefix's budget: the middle then starts anew at a later line (its lines above the cursor's keep under a
+    third of the budget), so that typing on a line and the next line's first characters still only append
+    (the cache's suffix stays valid), and the prefix's end moves only at some Enters."""
+
+    budget = PromptBudget(total=192, suffix=48, extra=0, anchor_lines=8, layout="psm-mid", first_text_ms=0)
+    lines = [f"    v{i} = f(r, {i})" for i in range(7)]
+    text, suffix = "def g(r):\n", "\n\nprint(g(1))\n"
+    texts = []
+    for line in lines:
+        texts += [text + line[:n] for n in range(len(line) + 1)]
+        text += line + "\n"
+        texts.append(text)
+    # (A line holding only indentation is plain PSM, as at any paragraph: left out.)
+    texts = [t for t in texts if t.endswith("\n") or t[t.rfind("\n") + 1:].strip()]
+    prompts = [build_fim_prompt(tiny_tokenizer, t, suffix, budget) for t in texts]
+    assert sum(len(tiny_tokenizer.encode(line)) for line in lines) > 192 // 3  # past the lines above's share
+    moved = [texts[n + 1] for n, (before, after) in enumerate(zip(prompts, prompts[1:], strict=False))
+             if after[: len(before) - 2] != before[:-2]]  # the last tokens may merge with the key
+    assert moved and all(t.endswith("\n") for t in moved), "a key changed the prompt before the cursor"
+    assert len(moved) <= sum(t.endswith("\n") for t in texts) // 2  # not at every Enter
+    assert all("<|fim_middle|>" in build_fim_text(tiny_tokenizer, t, suffix, budget)[-200:] for t in texts)
+
+
 def test_unknown_layout_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown prompt layout 'mps'"):
         PromptBudget(layout="mps")

@@ -41,8 +41,17 @@ MAX_RUNS = 256
 #: grew by the cursor line; evaluating it again would hold Enter at a new place back by its prefill.
 MIN_TAIL_CHUNK = 16
 
+#: A run holding one of the cursor's marks (``<|fim_suffix|>``, ``<|fim_middle|>``: the tokens a FIM prompt
+#: puts at the cursor) is kept only where it also holds at least this many tokens before the mark: the
+#: cursor's own line and the one before it, about. A run that starts closer to the cursor (the suffix
+#: behind a prefix whose end changed: a key, Enter) attended to the old cursor when it was evaluated, and
+#: the model reading it writes on from there (after Enter, the rest of the line before). Such a run is
+#: evaluated again; one that starts further back (the window slid, other files changed) is kept.
+MARK_CONTEXT = 32
 
-def reuse_plan(cached: Sequence[int], tokens: Sequence[int], start: int, end: int, min_chunk: int) -> list[Chunk]:
+
+def reuse_plan(cached: Sequence[int], tokens: Sequence[int], start: int, end: int, min_chunk: int,
+               marks: frozenset[int] = frozenset()) -> list[Chunk]:
     """The chunks of ``cached[start:]`` that reappear in ``tokens[start:end]``, each at least ``min_chunk``
     tokens long, in the same order in both, covering as many tokens as possible (none when ``min_chunk``
     is 0). The tokens between chunks are the ones to evaluate.
@@ -80,9 +89,15 @@ def reuse_plan(cached: Sequence[int], tokens: Sequence[int], start: int, end: in
                 found.append(Chunk(j - back, i - back, length))
     candidates_runs = sorted((run for found in runs.values() for run in found), key=lambda run: run.length)
     chain = _heaviest_chain(candidates_runs[-MAX_RUNS:], min_chunk)
+    chain = [run for run in chain if _clear_of_marks(run, tokens, marks)]
     tail = _tail_run(cached, tokens, chain[-1] if chain else Chunk(start, start, 0), end, starts_of, anchor,
                      min_tail)
-    return chain + [tail] if tail is not None else chain
+    return chain + [tail] if tail is not None and _clear_of_marks(tail, tokens, marks) else chain
+
+
+def _clear_of_marks(run: Chunk, tokens: list[int], marks: frozenset[int]) -> bool:
+    """Whether ``run`` holds none of ``marks`` in its first :data:`MARK_CONTEXT` tokens (:data:`MARK_CONTEXT`)."""
+    return not any(token in marks for token in tokens[run.moved_to : run.moved_to + min(run.length, MARK_CONTEXT)])
 
 
 def _tail_run(cached: list[int], tokens: list[int], after: Chunk, end: int,
@@ -176,7 +191,8 @@ class CachedSequence:
     at their new positions: the backend re-rotates their keys (RoPE) and drops the gaps, and only the
     tokens between them are evaluated. Their states are not recomputed, so they still reflect the context
     they were first evaluated in (docs/how-it-works.md, "Chunk reuse"). ``min_chunk`` 0, or a backend
-    that cannot shift: prefix reuse only.
+    that cannot shift: prefix reuse only. ``marks``: the token ids a prompt puts at the cursor; a run that
+    starts right before one is evaluated again (:data:`MARK_CONTEXT`).
 
     ``fresh_length``: how many first positions hold what evaluating the tokens into an empty cache would
     (up to the rounding of other call sizes): none kept by shifting, none evaluated after one.
@@ -186,8 +202,10 @@ class CachedSequence:
     (prefix and chunks), ``shifted_tokens`` of those kept by shifting.
     """
 
-    def __init__(self, backend: Backend, prefill_chunk: int = 512, min_chunk: int = 0) -> None:
+    def __init__(self, backend: Backend, prefill_chunk: int = 512, min_chunk: int = 0,
+                 marks: frozenset[int] = frozenset()) -> None:
         self.backend = backend
+        self.marks = marks  # the cursor's marks in a prompt (reuse_plan)
         self.tokens: list[int] = []
         self.prefill_chunk = prefill_chunk
         self.min_chunk = min_chunk
@@ -222,7 +240,7 @@ class CachedSequence:
         keep = min(common_prefix_length(self.tokens, tokens), len(tokens) - n_logits)
         if not self.shifts:
             return keep, []
-        return keep, reuse_plan(self.tokens, tokens, keep, len(tokens) - n_logits, self.min_chunk)
+        return keep, reuse_plan(self.tokens, tokens, keep, len(tokens) - n_logits, self.min_chunk, self.marks)
 
     def uncached(self, tokens: Sequence[int]) -> int:
         """How many tokens of ``tokens`` a sync would evaluate (the cache holds the rest)."""

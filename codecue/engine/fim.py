@@ -293,13 +293,14 @@ def build_fim_text(
         head_end = prefix.rfind("\n") + 1
         line_head = prefix[head_end:]
         start = middle_start(prefix, head_end)
+        start = _middle_within(tokenizer, prefix, start, head_end, prefix_budget // 3)
         # Only indentation on the cursor's line: it stays in the prefix, as in PSM. After <|fim_middle|> the
         # model would read it as a separate token and add a space of its own (" return" after 8 spaces).
         # An empty line after the paragraph's lines (a new line before its indentation) extends the middle.
         if line_head.strip() or (not line_head and start < head_end):
             middle = prefix[start:]
             middle_tokens = _token_count(tokenizer, middle)
-            if middle_tokens < prefix_budget // 2:  # a huge cursor line: plain PSM
+            if middle_tokens < prefix_budget * 3 // 4:  # a huge cursor line: plain PSM
                 prefix_text = trim_prefix(tokenizer, prefix[:start], prefix_budget - middle_tokens,
                                           budget.anchor_lines)
                 return f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}{middle}"
@@ -307,6 +308,30 @@ def build_fim_text(
     if budget.layout == "spm":
         return f"{context_text}{FIM_SUFFIX}{suffix_text}{FIM_PREFIX}{prefix_text}{FIM_MIDDLE}"
     return f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}"
+
+
+def _middle_within(tokenizer, prefix: str, start: int, head_end: int, limit: int) -> int:
+    """Where a middle starting at ``start`` starts once the lines above the cursor's are kept under
+    ``limit`` tokens (a short window's paragraph soon outgrows its budget): a line that would take them to
+    the limit starts the middle anew. Decided from the lines above the cursor's alone, each line's place
+    from those before it: typing on a line only appends, and the prefix's end moves once in as many lines
+    as fill the limit, at the Enter that ends them (the suffix is evaluated again then)."""
+    if start >= head_end or _token_count(tokenizer, prefix[start:head_end]) < limit:
+        return start
+    line = prefix.rfind("\n", 0, start) + 1
+    while line < head_end:
+        following = prefix.find("\n", line) + 1
+        if line > start and _token_count(tokenizer, prefix[start:following]) >= limit:
+            start = _line_code_start(prefix, line)
+        line = following
+    return start
+
+
+def _line_code_start(text: str, line_start: int) -> int:
+    """Where the code of the line starting at ``line_start`` starts: after its indentation."""
+    end = text.find("\n", line_start)
+    line = text[line_start : end if end >= 0 else len(text)]
+    return line_start + len(line) - len(line.lstrip(" \t"))
 
 
 def middle_start(prefix: str, head_end: int) -> int:
@@ -322,9 +347,7 @@ def middle_start(prefix: str, head_end: int) -> int:
         if not prefix[above : start - 1].strip():
             break
         start = above
-    end = prefix.find("\n", start)
-    first = prefix[start : end if end >= 0 else len(prefix)]
-    return start + len(first) - len(first.lstrip(" \t"))
+    return _line_code_start(prefix, start)
 
 
 def build_fim_prompt(tokenizer, prefix: str, suffix: str, budget: PromptBudget = PromptBudget(),

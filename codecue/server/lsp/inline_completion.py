@@ -235,8 +235,9 @@ class InlineCompletions:
         if not (server.options.work_ahead and request.at_line_end) or gen.job is None:
             return
         held, place = self.next_lines.get(request.uri), request.next_line
-        if held is not None and (held.prefix, held.suffix) == (place.prefix, place.suffix):
-            return  # prepared here already
+        if held is not None and (held.prefix, held.suffix) == (place.prefix, place.suffix) and (
+                held.state == "done" or (held.state == "running" and not (held.job and held.job.is_cancelled))):
+            return  # prepared here already, or being prepared (not one a request cancelled)
         # The project context the generation chose a few keys back, on the same line: not chosen again
         # at every key typed through.
         chain = self._rest(request, gen.info, list(gen.job.prepared.extra_context))
