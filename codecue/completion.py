@@ -167,7 +167,8 @@ class Completer:
             return build_fim_prompt(self.tokenizer, prefix, suffix, within, extra_context, path=path)
 
         limit = None if full else self.fresh_token_limit(budget)
-        prompt, window = choose_prompt(build, budget, self.target.uncached, limit, held=self._windows)
+        soon = None if limit is None else self.tokens_within(budget.first_text_ms)
+        prompt, window = choose_prompt(build, budget, self.target.uncached, limit, held=self._windows, soon=soon)
         if window is not None:  # most recently sent first
             self._windows = [window, *(size for size in self._windows if size != window)][:HELD_WINDOWS]
         return prompt
@@ -189,9 +190,15 @@ class Completer:
         completer's), from the prefill speed seen on its own prompts; None before one was seen, or without
         a limit."""
         budget = budget or self.budget
-        if not budget.first_text_ms or self.prefill_ms_per_token is None:
+        within = self.tokens_within(budget.first_text_ms) if budget.first_text_ms else None
+        return None if within is None else max(budget.window_floor, within)
+
+    def tokens_within(self, ms: float) -> int | None:
+        """Prompt tokens this machine evaluates within ``ms``, from the prefill speed seen on its own prompts
+        (None before one was seen)."""
+        if self.prefill_ms_per_token is None:
             return None
-        return max(budget.window_floor, int(budget.first_text_ms / self.prefill_ms_per_token))
+        return int(ms / self.prefill_ms_per_token)
 
     def waits_for_window(self, budget: PromptBudget | None = None) -> bool:
         """Whether a place the cache does not hold gets a longer prompt than this machine evaluates within
@@ -362,8 +369,9 @@ class Completer:
 
     def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = 16, *,
              fresh: bool = False) -> int:
-        """Evaluate ``prompt`` into the target's KV cache ahead of a request, then into the draft's (which
-        reads it too before drafting), ``step`` tokens at a time, checking ``cancelled`` between steps: a
+        """Evaluate ``prompt`` into the target's KV cache ahead of a request (and with ``fresh`` refresh it),
+        then into the draft's (which reads it too before drafting; a generation whose draft lags drafts by
+        n-gram, :meth:`draft_lags`), ``step`` tokens at a time, checking ``cancelled`` between steps: a
         real request waits for one step at most. Returns how many tokens the target evaluated (what its
         cache did not hold already). A warm-up cancelled between the chunks it shifts keeps what it
         evaluated, and the chunks it did not reach right after it (:meth:`CachedSequence.prefill`).
@@ -374,9 +382,11 @@ class Completer:
         entries of what was not reached; what it evaluates is not in the count returned."""
         fed = 0
         with self.lock:
-            stages = [(seq, seq.prefill(prompt, step)) for seq in (self.target, self.draft) if seq is not None]
-            if fresh:  # last: it can take seconds, and the draft's cache should be warm when a request stops it
+            stages = [(self.target, self.target.prefill(prompt, step))]
+            if fresh:  # before the draft: a request that stops the draft's part decodes the fresh answer
                 stages.append((self.target, self.target.refresh(REFRESH_STEP)))
+            if self.draft is not None:  # it only makes decoding faster, and a lagging draft is skipped
+                stages.append((self.draft, self.draft.prefill(prompt, step)))
             for seq, steps in stages:
                 try:
                     while not (cancelled is not None and cancelled()):

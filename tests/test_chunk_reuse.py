@@ -814,6 +814,37 @@ def test_a_fresh_warm_up_refreshes_the_target_and_gives_way_to_a_request(ggufs, 
         target.close()
 
 
+@needs_llama_cpp
+def test_a_fresh_warm_up_readies_the_target_before_the_draft(ggufs, tokenizer) -> None:
+    """The draft only makes decoding faster: a request that comes while a rest's warm-up evaluates the
+    draft's cache finds the target's fresh already, so what it shows is a fresh evaluation's."""
+    from codecue.completion import Completer
+
+    target = llamacpp.LlamaCppBackend.load(ggufs["target"], n_ctx=N_CTX)
+    draft = llamacpp.LlamaCppBackend.load(ggufs["draft"], n_ctx=N_CTX)
+    try:
+        completer = Completer(tokenizer, target, draft, DecodingSettings(draft_mode="model", first_text_ms=0))
+        text, later = source(), edited(source(), at=0.5)
+        completer.warm_context(text, "\n")
+        completer.warm_context(later, "\n")  # a warm-up shifts, in the target's cache
+        assert completer.target.fresh_length < 0.7 * len(completer.target.tokens)
+        completer.draft.reset()
+        seen: list[tuple[int, int]] = []
+
+        def cancelled() -> bool:  # a request comes once the draft's part has begun
+            if len(completer.draft.tokens) > 0:
+                seen.append((completer.target.fresh_length, len(completer.target.tokens)))
+                return True
+            return False
+
+        completer.warm_context(later, "\n", fresh=True, cancelled=cancelled)
+        assert seen and seen[0][0] == seen[0][1]  # the target was fresh, all of it, before the draft began
+        assert 0 < len(completer.draft.tokens) < len(completer.target.tokens)
+    finally:
+        target.close()
+        draft.close()
+
+
 def test_the_setting_is_checked_and_travels_as_a_flag_and_a_wire_field() -> None:
     import argparse
 

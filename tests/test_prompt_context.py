@@ -381,6 +381,29 @@ def test_a_new_place_gets_a_prompt_within_the_first_text_limit(make_completer):
     assert text.endswith("<|fim_middle|>") and SOURCE[cut - 30:cut] in text and SOURCE[cut:cut + 20] in text
 
 
+def test_a_key_where_the_window_is_cached_is_not_held_back_by_the_context_around_it():
+    """Where the cache shifts, the window's tokens are kept in a prompt that adds the context around them
+    too: that prompt reuses more, and cost a key at a place whose window is cached ~180 new tokens (1.8 s
+    on 2 cores) against 2. Within the first text's time (``soon``) the window is sent; a machine that
+    evaluates the context within it gets the longer prompt."""
+    from codecue.engine.fim import choose_prompt, shorter_budgets
+
+    budget = PromptBudget(total=1536, suffix=128, extra=256)
+    context_and_window, window = (b.total for b in shorter_budgets(budget, 192))
+    new = {budget.total: 1400, context_and_window: 180, window: 2}  # prompt length -> tokens to evaluate
+
+    def build(within: PromptBudget) -> list[int]:
+        return list(range(within.total))
+
+    def choose(soon: int | None) -> int:
+        return len(choose_prompt(build, budget, lambda p: new[len(p)], limit=192, held=[192], soon=soon)[0])
+
+    assert choose(soon=20) == window
+    assert choose(soon=None) == choose(soon=200) == context_and_window
+    new[window] = 150  # nothing within the first text's time: the floor's limit, the most reused
+    assert choose(soon=20) == context_and_window
+
+
 def test_no_first_suggestion_comes_from_a_window_below_the_floor(make_completer):
     """Where this machine's prefill allows fewer new tokens within first_text_ms than the quality floor, the
     request waits for the floor's window (and says so in its stats); where it allows more, it does not."""

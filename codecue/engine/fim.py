@@ -124,28 +124,32 @@ def shorter_budgets(budget: PromptBudget, tokens: int) -> list[PromptBudget]:
 
 def choose_prompt(build: Callable[[PromptBudget], list[int]], budget: PromptBudget,
                   cached: Sequence[int] | Callable[[list[int]], int], limit: int | None,
-                  held: Sequence[int] = ()) -> tuple[list[int], int | None]:
+                  held: Sequence[int] = (), soon: int | None = None) -> tuple[list[int], int | None]:
     """The prompt to send when the cache holds ``cached`` (token ids, whose common prefix with a prompt is
     reused; or a function giving how many tokens of a prompt the cache would evaluate, such as
     :meth:`~codecue.backends.kv_cache.CachedSequence.uncached`), and the window size it was built for (None:
-    the full prompt). The full one (``build(budget)``) when it evaluates at most ``limit`` new tokens (or
-    there is no limit); else, of the :func:`shorter_budgets` for ``limit`` and for each size in ``held``
-    (windows sent before, which the cache may hold), the one that fits ``limit`` and reuses the most of the
-    cache (then the longest): a limit that drifts with the measured prefill speed must not move the
-    window's start, and so re-evaluate it, at every keystroke; else the one with the fewest new tokens."""
+    the full prompt). The full one (``build(budget)``) when it evaluates at most ``soon`` new tokens (what
+    this machine evaluates within the first text's time; None: ``limit``); else, of the full one and the
+    :func:`shorter_budgets` for ``limit`` and for each size in ``held`` (windows sent before, which the cache
+    may hold), the one that reuses the most of the cache (then the longest) among those that evaluate at
+    most ``soon`` new tokens, or where none does, at most ``limit`` (the window floor's); else the one with
+    the fewest new tokens. So a limit that drifts with the measured prefill speed does not move the
+    window's start, and so re-evaluate it, at every keystroke; and a key where the window is cached is not
+    held back by the context a longer prompt would evaluate (shifting keeps the window's tokens in both)."""
     def new_tokens(prompt: list[int]) -> int:
         return cached(prompt) if callable(cached) else uncached_tokens(cached, prompt)
 
     prompt = build(budget)
     if limit is None:
         return prompt, None
+    soon = limit if soon is None else min(soon, limit)
     full = (prompt, None, new_tokens(prompt))
-    if full[2] <= limit:
+    if full[2] <= soon:
         return prompt, None
     candidates = [full]
     for size in dict.fromkeys([limit, *held]):
         candidates += [(p, size, new_tokens(p)) for p in map(build, shorter_budgets(budget, size))]
-    fitting = [c for c in candidates if c[2] <= limit]
+    fitting = [c for c in candidates if c[2] <= soon] or [c for c in candidates if c[2] <= limit]
     if not fitting:
         best = min(candidates, key=lambda c: c[2])
     else:
