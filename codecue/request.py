@@ -95,6 +95,17 @@ class CompletionRequest:
         return not self.suffix.split("\n", 1)[0].strip() and bool(self.prefix.rsplit("\n", 1)[-1].strip())
 
     @property
+    def line_entered(self) -> CompletionRequest | None:
+        """At a new line that holds only the indentation Enter inserted, after a line with code: the request
+        at that line's end (whose :attr:`next_line` this place is, but for the indentation); else None."""
+        before, _, head = self.prefix.rpartition("\n")
+        if not _ or head.strip() or self.suffix.split("\n", 1)[0].strip():
+            return None
+        line = before.rsplit("\n", 1)[-1]
+        entered = replace(self, line=self.line - 1, character=len(line.encode("utf-16-le")) // 2, prefix=before)
+        return entered if entered.at_line_end else None
+
+    @property
     def next_line(self) -> CompletionRequest:
         """The place after Enter at the end of this line, before the editor's indentation: where a next
         line is prepared (the model writes the indentation)."""

@@ -43,10 +43,14 @@ class Recording:
         what = "next-line" if rule is not None and rule.next_line else "complete"
         with self.lock:
             self.calls.append((what, prefix, suffix, kwargs))
-        result = self.inner.complete(prefix, suffix, **kwargs)
-        if what == "next-line":
-            return replace(result, text=self.next_line)
-        return result if self.completion is None else replace(result, text=self.completion)
+        scripted = self.next_line if what == "next-line" else self.completion
+        on_text = kwargs.pop("on_text", None)
+        result = self.inner.complete(prefix, suffix, on_text=on_text if scripted is None else None, **kwargs)
+        if scripted is None:
+            return result
+        if on_text is not None:  # what streams is the scripted text too
+            on_text(scripted)
+        return replace(result, text=scripted)
 
     def warm_context(self, prefix: str, suffix: str, extra_context=(), **kwargs: Any) -> int:
         evaluated = self.inner.warm_context(prefix, suffix, extra_context, **kwargs)
@@ -243,6 +247,38 @@ async def test_a_line_end_typed_through_moves_the_next_line_to_the_users_place(
         assert await session.complete(uri, LINE + 1, 8) == "total -= 1"
         assert session.stats()["session"]["nextLineServed"] == 1
         assert recording.kinds().count("complete") == completes
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("model_indent", [8, 4])
+async def test_enter_where_nothing_is_held_generates_the_next_line_from_the_line_ends_prompt(
+        source_file, make_completer, monkeypatch, model_indent):
+    """Enter at a line's end before the rest prepared anything: the job is that line's next line (its prompt
+    the line end's, extended by the newline: the cache holds it), with the editor's indentation typed into
+    it; where the model indents otherwise, the request gets a generation at its own place."""
+    from codecue.server.worker import model_worker as worker_module
+
+    monkeypatch.setattr(worker_module, "NEXT_LINE_AFTER_S", 30.0)  # no rest: nothing held at Enter
+    monkeypatch.setattr(worker_module, "REFINE_AFTER_S", 30.0)
+    recording = Recording(make_completer(draft=None), next_line=" " * model_indent + "total -= 1",
+                          completion="  # each one")
+    session = Session(recording)
+    uri = source_file.as_uri()
+    try:
+        session.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                               "text": source_file.read_text()}})
+        await session.complete(uri, LINE, CHARACTER)
+        calls = len(recording.calls)
+        session.insert(uri, 2, LINE, CHARACTER, "\n        ")
+        shown = await session.complete(uri, LINE + 1, 8)
+        what, prefix, _, _ = recording.calls[calls]
+        assert (what, prefix) == ("next-line", SOURCE[: SOURCE.index("in values:") + len("in values:\n")])
+        if model_indent == 8:
+            assert shown == "total -= 1" and recording.kinds()[calls:] == ["next-line"]
+        else:  # the model's line starts elsewhere: a completion at the editor's indentation
+            assert recording.kinds()[calls:] == ["next-line", "complete"]
+            assert recording.calls[-1][1].endswith("in values:\n        ")
     finally:
         session.close()
 

@@ -532,9 +532,10 @@ def test_enter_replay_presses_enter_at_new_places_and_a_slow_prefill_gets_a_shor
     lines = enter_lines(text, 3)
     assert full["places"] == 3 and len(set(lines)) == 3 and lines == sorted(lines, reverse=True)
     assert full["first_text_ms"]["shown"] + full["first_text_ms"]["censored"] == 3
-    # The tiny model prefills fast, so every place got its full prompt; at 10 ms a token (40 tokens in
-    # 400 ms) each new place evaluates about 40 tokens instead.
-    assert min(full["prefilled_tokens"]) > 200
+    # The tiny model prefills fast, so every place got its full prompt (what the cache held of it, the
+    # prefix's start shared with the place before, was kept); at 10 ms a token (40 tokens in 400 ms) each
+    # new place evaluates about 40 tokens instead.
+    assert min(full["prompt_tokens"]) > 200, full
     completer.reset_caches()
     slow = completer.prefill_ms_per_token = 10.0
     completer._note_prefill = lambda *args, **kwargs: None  # keep the slow speed for this run
@@ -561,9 +562,11 @@ def test_enter_replay_announces_each_jump_and_the_pause_warms_the_place(make_com
     completer.reset_caches()
     warmed = run_enter_replay(source, completer, places=3, pause_ms=400, max_tokens=4, cursor_moved=True)
     assert warmed["cursor_moved"] and not plain["cursor_moved"]
-    assert min(plain["prefilled_tokens"]) > 200 and len(plain["prefilled_tokens"]) == 3
+    # (An Enter whose next line the random model indents otherwise than the editor generates again for the
+    # editor's indentation, from what the first evaluation left: a second, smaller entry.)
     cold, warm = plain["prefilled_tokens"], warmed["prefilled_tokens"]
-    assert len(warm) <= len(cold) and all(w < min(cold) for w in warm) and 3 * sum(warm) < sum(cold), (cold, warm)
+    assert len(cold) >= 3 and sum(cold) > 3 * 200
+    assert len(warm) <= len(cold) and 3 * sum(warm) < sum(cold), (cold, warm)
 
 
 async def test_initialize_is_answered_at_once_and_the_models_load_before_the_first_request():

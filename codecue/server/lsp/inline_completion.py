@@ -168,15 +168,29 @@ class InlineCompletions:
             self._cancel(gen)
         info = server.hooks.cursor(request.uri, request.language_id, request.line, request.character)
         info.language = language
-        gen = Generation(request.prefix, request.suffix, info)
+        entered = self._entered(request, held_line)
+        # After Enter: the line after the line's end, as a rest there prepares it (the prompt the cache holds,
+        # extended by the newline), the editor's indentation typed into it; where the model indents
+        # otherwise, the request gets its own generation (_restart).
+        place = request if entered is None else entered.next_line
+        gen = Generation(place.prefix, request.suffix, info)
         self.active[request.uri] = gen
         loop = asyncio.get_running_loop()
         debounce = server.options.debounce_ms / 1000
         if debounce > 0:
-            gen.timer = loop.call_later(debounce, self._start, gen, request)
+            gen.timer = loop.call_later(debounce, self._start, gen, request, False, False, entered)
         else:
-            self._start(gen, request)
-        return await self._subscribe(gen, request, "")
+            self._start(gen, request, entered=entered)
+        return await self._subscribe(gen, request, request.prefix[len(place.prefix):])
+
+    def _entered(self, request: CompletionRequest, held: Generation | None) -> CompletionRequest | None:
+        """The line's end Enter was pressed at, where ``request`` is at the indentation it inserted and the
+        line after it is to be generated (not where the line held for that place already disagreed)."""
+        entered = request.line_entered if self.server.options.work_ahead else None
+        if entered is None or (held is not None and held.state == "done"
+                               and (held.prefix, held.suffix) == (entered.next_line.prefix, request.suffix)):
+            return None
+        return entered
 
     # -- generations ---------------------------------------------------------------------------------
     def _context(self, uri: str, language_id: str, prefix: str, suffix: str) -> list[tuple[str, str]]:
@@ -185,8 +199,9 @@ class InlineCompletions:
                                server.prompt_budget, server.imports, server.workspace_roots)
 
     def _start(self, gen: Generation, request: CompletionRequest, background: bool = False,
-               next_line: bool = False) -> None:
-        """Submit ``gen``'s job; ``next_line``: then prepare the line after ``request``'s line (held)."""
+               next_line: bool = False, entered: CompletionRequest | None = None) -> None:
+        """Submit ``gen``'s job; ``next_line``: then prepare the line after ``request``'s line (held);
+        ``entered``: the job is the line after that line's end (``request`` is after Enter there)."""
         if gen.state != "pending":
             return
         server = self.server
@@ -197,9 +212,14 @@ class InlineCompletions:
             _call_soon(loop, self._on_text, gen, text)
 
         context = self._context(request.uri, request.language_id, request.prefix, request.suffix)
-        rest = None if background or not server.options.work_ahead else self._rest(request, info, context)
+        # After Enter, the rest warms the new line's full prompt before its indentation, which the next keys'
+        # prompts extend (with the indentation at its end the prompt is PSM: the suffix moves).
+        place = request if entered is None else entered.next_line
+        rest = None if background or not server.options.work_ahead else self._rest(place, info, context)
         then = self._next_line_job(request, info, context, hold=True) if next_line else None
-        job = GenerationJob(server.completion_config, prepare(request, info, extra_context=context),
+        prepared = (prepare(request, info, extra_context=context) if entered is None
+                    else prepare(entered, info, kind=JobKind.NEXT_LINE, extra_context=context))
+        job = GenerationJob(server.completion_config, prepared,
                             background=background, when_idle=rest, then=then, on_round=server.hooks.observer(info),
                             on_text=on_text, label=f"{request.uri}@{request.version}")
         gen.job = job
