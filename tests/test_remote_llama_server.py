@@ -105,8 +105,12 @@ async def test_streamed_lsp_completion_equals_the_servers_own(llama_server, tmp_
         await client.kill()
 
     prefix, suffix = split_at(DOC, *CURSOR)
+    # The cursor is at a new line's indentation after a line with code: the completion starts at the line's
+    # start (the prompt a rest at the line before prepares), the indentation counted as typed into it.
+    line_start = prefix[: prefix.rfind("\n") + 1]
+    indent = prefix[len(line_start):]
     budget = PromptBudget()
-    prompt = build_fim_text(load_tokenizer(target), stable_prefix(prefix, budget), suffix, budget)
+    prompt = build_fim_text(load_tokenizer(target), stable_prefix(line_start, budget), suffix, budget)
     settings = RemoteSettings.load(url, table={})
     flush_cache(url)
     choice = httpx.post(f"{url}/v1/completions", timeout=TIMEOUT, json=request_body(
@@ -116,7 +120,9 @@ async def test_streamed_lsp_completion_equals_the_servers_own(llama_server, tmp_
     expected = reference if cut is None else reference[:cut]
     # As shown: no repetition of the suffix, no half line left by the token limit.
     stop_reason = "max_tokens" if cut is None and choice.get("finish_reason") == "length" else "eos"
-    expected = tidy_completion(expected, prefix, suffix, stop_reason)
+    expected = tidy_completion(expected, line_start, suffix, stop_reason)
+    assert expected.startswith(indent)
+    expected = expected[len(indent):]
     assert streamed == expected and streamed.strip()
     assert partials, "no partial notifications were streamed"
     assert all(streamed.startswith(p) for p in partials)

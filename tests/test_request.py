@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ class Recording:
     """A completer that records what each job hands it, and answers with the real tiny completer's
     evaluation; a next line's text is scripted (a random tiny model rarely writes a newline)."""
 
-    def __init__(self, inner: Any, next_line: str = "        total -= 1", completion: str | None = None) -> None:
+    def __init__(self, inner: Any, next_line: str = "        total -= 1",
+                 completion: str | Callable[[str], str] | None = None) -> None:
         self.inner, self.next_line, self.completion = inner, next_line, completion
         self.calls: list[tuple[str, str, str, dict[str, Any]]] = []  # (what, prefix, suffix, kwargs)
         self.lock = threading.Lock()
@@ -44,6 +46,8 @@ class Recording:
         with self.lock:
             self.calls.append((what, prefix, suffix, kwargs))
         scripted = self.next_line if what == "next-line" else self.completion
+        if callable(scripted):
+            scripted = scripted(prefix)
         on_text = kwargs.pop("on_text", None)
         result = self.inner.complete(prefix, suffix, on_text=on_text if scripted is None else None, **kwargs)
         if scripted is None:
@@ -252,17 +256,22 @@ async def test_a_line_end_typed_through_moves_the_next_line_to_the_users_place(
 
 
 @pytest.mark.parametrize("model_indent", [8, 4])
-async def test_enter_where_nothing_is_held_generates_the_next_line_from_the_line_ends_prompt(
+async def test_enter_where_nothing_is_held_completes_from_the_new_lines_start(
         source_file, make_completer, monkeypatch, model_indent):
-    """Enter at a line's end before the rest prepared anything: the job is that line's next line (its prompt
-    the line end's, extended by the newline: the cache holds it), with the editor's indentation typed into
-    it; where the model indents otherwise, the request gets a generation at its own place."""
+    """Enter at a line's end before the rest prepared anything: the completion starts at the new line's
+    start (its prompt the line end's, extended by the newline: the cache holds it), the editor's
+    indentation typed into it; where the model indents otherwise, the request gets a completion at its
+    own place."""
     from codecue.server.worker import model_worker as worker_module
 
     monkeypatch.setattr(worker_module, "NEXT_LINE_AFTER_S", 30.0)  # no rest: nothing held at Enter
     monkeypatch.setattr(worker_module, "REFINE_AFTER_S", 30.0)
-    recording = Recording(make_completer(draft=None), next_line=" " * model_indent + "total -= 1",
-                          completion="  # each one")
+    line_end = SOURCE[: SOURCE.index("in values:") + len("in values:")]
+
+    def completion(prefix: str) -> str:
+        return " " * model_indent + "total -= 1\n        total *= 2" if prefix == line_end + "\n" else "  # each one"
+
+    recording = Recording(make_completer(draft=None), completion=completion)
     session = Session(recording)
     uri = source_file.as_uri()
     try:
@@ -273,12 +282,12 @@ async def test_enter_where_nothing_is_held_generates_the_next_line_from_the_line
         session.insert(uri, 2, LINE, CHARACTER, "\n        ")
         shown = await session.complete(uri, LINE + 1, 8)
         what, prefix, _, _ = recording.calls[calls]
-        assert (what, prefix) == ("next-line", SOURCE[: SOURCE.index("in values:") + len("in values:\n")])
+        assert (what, prefix) == ("complete", line_end + "\n")
         if model_indent == 8:
-            assert shown == "total -= 1" and recording.kinds()[calls:] == ["next-line"]
+            assert shown == "total -= 1\n        total *= 2" and len(recording.calls) == calls + 1
         else:  # the model's line starts elsewhere: a completion at the editor's indentation
-            assert recording.kinds()[calls:] == ["next-line", "complete"]
-            assert recording.calls[-1][1].endswith("in values:\n        ")
+            assert [call[1] for call in recording.calls[calls:]] == [line_end + "\n", line_end + "\n        "]
+            assert shown == "  # each one"
     finally:
         session.close()
 

@@ -169,9 +169,9 @@ class InlineCompletions:
         info = server.hooks.cursor(request.uri, request.language_id, request.line, request.character)
         info.language = language
         entered = self._entered(request, held_line)
-        # After Enter: the line after the line's end, as a rest there prepares it (the prompt the cache holds,
-        # extended by the newline), the editor's indentation typed into it; where the model indents
-        # otherwise, the request gets its own generation (_restart).
+        # After Enter: a completion from the new line's start, the prompt the cache holds extended by the
+        # newline (as a rest there prepares the next line), the editor's indentation typed into it; where the
+        # model indents otherwise, the request gets its own generation (_restart).
         place = request if entered is None else entered.next_line
         gen = Generation(place.prefix, request.suffix, info)
         self.active[request.uri] = gen
@@ -201,7 +201,8 @@ class InlineCompletions:
     def _start(self, gen: Generation, request: CompletionRequest, background: bool = False,
                next_line: bool = False, entered: CompletionRequest | None = None) -> None:
         """Submit ``gen``'s job; ``next_line``: then prepare the line after ``request``'s line (held);
-        ``entered``: the job is the line after that line's end (``request`` is after Enter there)."""
+        ``entered``: the job completes from the start of the line after that line's end (``request`` is at
+        the indentation Enter inserted there)."""
         if gen.state != "pending":
             return
         server = self.server
@@ -217,8 +218,7 @@ class InlineCompletions:
         place = request if entered is None else entered.next_line
         rest = None if background or not server.options.work_ahead else self._rest(place, info, context)
         then = self._next_line_job(request, info, context, hold=True) if next_line else None
-        prepared = (prepare(request, info, extra_context=context) if entered is None
-                    else prepare(entered, info, kind=JobKind.NEXT_LINE, extra_context=context))
+        prepared = prepare(place, info, extra_context=context)
         job = GenerationJob(server.completion_config, prepared,
                             background=background, when_idle=rest, then=then, on_round=server.hooks.observer(info),
                             on_text=on_text, label=f"{request.uri}@{request.version}")
