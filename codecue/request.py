@@ -98,8 +98,8 @@ class CompletionRequest:
     def line_entered(self) -> CompletionRequest | None:
         """At a new line that holds only the indentation Enter inserted, after a line with code: the request
         at that line's end (whose :attr:`next_line` this place is, but for the indentation); else None."""
-        before, _, head = self.prefix.rpartition("\n")
-        if not _ or head.strip() or self.suffix.split("\n", 1)[0].strip():
+        before, newline, head = self.prefix.rpartition("\n")
+        if not newline or head.strip() or self.suffix.split("\n", 1)[0].strip():
             return None
         line = before.rsplit("\n", 1)[-1]
         entered = replace(self, line=self.line - 1, character=len(line.encode("utf-16-le")) // 2, prefix=before)

@@ -96,7 +96,7 @@ def reuse_plan(cached: Sequence[int], tokens: Sequence[int], start: int, end: in
 
 
 def _clear_of_marks(run: Chunk, tokens: list[int], marks: frozenset[int]) -> bool:
-    """Whether ``run`` holds none of ``marks`` in its first :data:`MARK_CONTEXT` tokens (:data:`MARK_CONTEXT`)."""
+    """Whether ``run`` holds none of ``marks`` in its first :data:`MARK_CONTEXT` tokens."""
     return not any(token in marks for token in tokens[run.moved_to : run.moved_to + min(run.length, MARK_CONTEXT)])
 
 

@@ -171,16 +171,18 @@ class InlineCompletions:
         entered = self._entered(request, held_line)
         # After Enter: a completion from the new line's start, the prompt the cache holds extended by the
         # newline (as a rest there prepares the next line), the editor's indentation typed into it; where the
-        # model indents otherwise, the request gets its own generation (_restart).
+        # model indents otherwise, the request gets its own generation (_restart). Its rest warms that
+        # place's full prompt, which the next keys' prompts extend (with the indentation at its end the
+        # prompt is PSM: the suffix moves).
         place = request if entered is None else entered.next_line
         gen = Generation(place.prefix, request.suffix, info)
         self.active[request.uri] = gen
         loop = asyncio.get_running_loop()
         debounce = server.options.debounce_ms / 1000
         if debounce > 0:
-            gen.timer = loop.call_later(debounce, self._start, gen, request, False, False, entered)
+            gen.timer = loop.call_later(debounce, self._start, gen, place)
         else:
-            self._start(gen, request, entered=entered)
+            self._start(gen, place)
         return await self._subscribe(gen, request, request.prefix[len(place.prefix):])
 
     def _entered(self, request: CompletionRequest, held: Generation | None) -> CompletionRequest | None:
@@ -199,10 +201,8 @@ class InlineCompletions:
                                server.prompt_budget, server.imports, server.workspace_roots)
 
     def _start(self, gen: Generation, request: CompletionRequest, background: bool = False,
-               next_line: bool = False, entered: CompletionRequest | None = None) -> None:
-        """Submit ``gen``'s job; ``next_line``: then prepare the line after ``request``'s line (held);
-        ``entered``: the job completes from the start of the line after that line's end (``request`` is at
-        the indentation Enter inserted there)."""
+               next_line: bool = False) -> None:
+        """Submit ``gen``'s job; ``next_line``: then prepare the line after ``request``'s line (held)."""
         if gen.state != "pending":
             return
         server = self.server
@@ -213,13 +213,9 @@ class InlineCompletions:
             _call_soon(loop, self._on_text, gen, text)
 
         context = self._context(request.uri, request.language_id, request.prefix, request.suffix)
-        # After Enter, the rest warms the new line's full prompt before its indentation, which the next keys'
-        # prompts extend (with the indentation at its end the prompt is PSM: the suffix moves).
-        place = request if entered is None else entered.next_line
-        rest = None if background or not server.options.work_ahead else self._rest(place, info, context)
+        rest = None if background or not server.options.work_ahead else self._rest(request, info, context)
         then = self._next_line_job(request, info, context, hold=True) if next_line else None
-        prepared = prepare(place, info, extra_context=context)
-        job = GenerationJob(server.completion_config, prepared,
+        job = GenerationJob(server.completion_config, prepare(request, info, extra_context=context),
                             background=background, when_idle=rest, then=then, on_round=server.hooks.observer(info),
                             on_text=on_text, label=f"{request.uri}@{request.version}")
         gen.job = job
