@@ -21,8 +21,8 @@ from codecue.engine.fim import (
     FIM_MIDDLE,
     FIM_SUFFIX,
     PromptBudget,
-    build_fim_prompt,
     choose_prompt,
+    fim_text,
     prompt_budget,
 )
 from codecue.engine.proposers import (
@@ -52,6 +52,11 @@ DRAFT_CATCH_UP = 64
 # The windows last sent, of this many sizes, stay candidates for a place's prompt: the cache holds the
 # last one, and the one before covers a warm-up that sent another in between.
 HELD_WINDOWS = 2
+
+# The middles last sent, of this many starts per document, stay candidates for a prompt's middle: the cache
+# holds the last one, and the one before covers a warm-up's full prompt sent in between.
+HELD_MIDDLES = 3
+MIDDLES_DOCUMENTS = 8  # the documents whose middles are held (a prompt's cache is one document's)
 
 # Tokens per evaluation of a refresh (Completer.warm, fresh): a keystroke waits for the one under way.
 # Smaller steps cost more per token, but a refresh runs in idle time and a keystroke does not: it should
@@ -112,6 +117,7 @@ class Completer:
         self.names = names
         self.prefill_ms_per_token: float | None = None  # seen on this machine's prompts (build_prompt)
         self._windows: list[int] = []  # the sizes of the windows sent last (build_prompt)
+        self._middles: dict[str | None, list[int]] = {}  # per document, the middles' starts sent last
 
     def _within_load(self, decoding: DecodingSettings) -> DecodingSettings:
         """``decoding``, checked, within what was loaded: no drafting where the plan chose target-only."""
@@ -162,15 +168,37 @@ class Completer:
         :meth:`fresh_token_limit` new tokens where the cache does not hold this place
         (:func:`~codecue.engine.fim.choose_prompt`)."""
         budget = budget or self.budget
-
-        def build(within: PromptBudget) -> list[int]:
-            return build_fim_prompt(self.tokenizer, prefix, suffix, within, extra_context, path=path)
-
         limit = None if full else self.fresh_token_limit(budget)
         soon = None if limit is None else self.tokens_within(budget.first_text_ms)
+        held_middles = self._middles.get(path, [])
+        middles: dict[int, tuple[list[int], int | None]] = {}  # id of each prompt built: it, its middle's start
+
+        def encode(text: str) -> list[int]:
+            return self.tokenizer.encode(text, add_special_tokens=False)
+
+        def build(within: PromptBudget) -> list[int]:
+            fim = fim_text(self.tokenizer, prefix, suffix, within, extra_context, path=path)
+            prompt, start = encode(fim.text), fim.middle_from
+            # Where the middle would start anew (a block of lines, or the window's share, is full), the
+            # suffix is evaluated again: the middle the cache holds goes on instead while that would take
+            # longer than the first text may, and starts anew where it is cheap (a rest evaluates the full
+            # prompt, with the new start, fresh).
+            new = self.target.uncached(prompt)
+            for held in held_middles if soon is not None and new > soon else ():
+                other = fim_text(self.tokenizer, prefix, suffix, within, extra_context, path=path, middle_from=held)
+                if other.middle_from == held != start:
+                    candidate = encode(other.text)
+                    if (cost := self.target.uncached(candidate)) < new:
+                        prompt, start, new = candidate, held, cost
+            middles[id(prompt)] = prompt, start
+            return prompt
+
         prompt, window = choose_prompt(build, budget, self.target.uncached, limit, held=self._windows, soon=soon)
         if window is not None:  # most recently sent first
             self._windows = [window, *(size for size in self._windows if size != window)][:HELD_WINDOWS]
+        if (start := middles[id(prompt)][1]) is not None:  # this document's most recent last
+            held = [start, *(at for at in self._middles.pop(path, []) if at != start)][:HELD_MIDDLES]
+            self._middles = {**dict(list(self._middles.items())[1 - MIDDLES_DOCUMENTS:]), path: held}
         return prompt
 
     def prompt_for(self, job: PreparedJob, decoding: DecodingSettings | None = None, *, full: bool = False) -> list[int]:

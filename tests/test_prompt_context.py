@@ -136,6 +136,49 @@ def test_a_short_windows_long_paragraph_still_only_appends(tiny_tokenizer):
     assert all("<|fim_middle|>" in build_fim_text(tiny_tokenizer, t, suffix, budget)[-200:] for t in texts)
 
 
+def test_a_middle_given_its_start_keeps_it_and_one_that_is_not_a_lines_code_is_refused(tiny_tokenizer):
+    from codecue.engine.fim import fim_text
+
+    budget = PromptBudget(layout="psm-mid")
+    lines = [f"    v{i} = f(r, {i})\n" for i in range(MIDDLE_LINES - 1)]  # and the new line: a block's first
+    prefix, suffix = "def g(r):\n" + "".join(lines), "\nprint(g(1))\n"
+    own = fim_text(tiny_tokenizer, prefix, suffix, budget)
+    assert own.text.endswith("<|fim_middle|>")  # the block is full: the new line starts the middle anew
+    kept = fim_text(tiny_tokenizer, prefix, suffix, budget, middle_from=prefix.index("v1"))
+    assert kept.middle_from == prefix.index("v1") and kept.text.endswith("<|fim_middle|>" + prefix[kept.middle_from:])
+    for wrong in (prefix.index("v1") - 2, prefix.index("v1") + 1, len(prefix) + 5):
+        assert fim_text(tiny_tokenizer, prefix, suffix, budget, middle_from=wrong) == own
+
+
+def test_a_full_middle_block_goes_on_while_starting_anew_would_keep_the_first_text_waiting(make_completer):
+    """Where a block of lines fills, the next line's prompt starts its middle anew and the suffix is
+    evaluated again (about 100 tokens, a second on 2 cores): at Enter after a 1 s rest that was the wait.
+    While a new start would evaluate more than the first text's time allows, the middle the cache holds
+    goes on: Enter and the first keys only append. A rest evaluates the full prompt with the new start,
+    and the keys after it extend that one."""
+    completer = _fast_first_text(make_completer, prefill_ms=30.0)  # 600 ms: 20 new tokens
+    lines = [f"    v{i} = f(r, {i})\n" for i in range(MIDDLE_LINES)]
+    suffix = "\n" + SOURCE[:400]
+    line_end = "import os\n\ndef g(r):\n" + "".join(lines[:5]).rstrip("\n")  # line 7 of the file
+    completer.warm_context(line_end, suffix, fresh=True)
+    completer.prefill_ms_per_token = 30.0
+    at_line_end = completer.build_prompt(line_end, suffix)
+    assert completer.uncached(at_line_end) == 0 and "<|fim_middle|>def g(r):" in completer.tokenizer.decode(at_line_end)
+    enter = completer.build_prompt(line_end + "\n", suffix)
+    assert enter[: len(at_line_end)] == at_line_end and completer.uncached(enter) <= 2
+    completer.generate_ids(enter, max_tokens=1, k=0)
+    completer.prefill_ms_per_token = 30.0
+    first_key = completer.build_prompt(line_end + "\n    v", suffix)
+    assert first_key[: len(enter)] == enter and completer.uncached(first_key) <= 3
+    own = build_fim_prompt(completer.tokenizer, line_end + "\n    v", suffix, completer.budget)
+    assert completer.uncached(own) > 20  # what starting anew would have evaluated
+    completer.warm_context(line_end + "\n    v", suffix, fresh=True)  # a rest there
+    completer.prefill_ms_per_token = 30.0
+    after_rest = completer.build_prompt(line_end + "\n    v5", suffix)
+    assert after_rest[: len(own)] == own and completer.uncached(after_rest) <= 2
+    assert completer.tokenizer.decode(after_rest).endswith("<|fim_middle|>v5")
+
+
 def test_unknown_layout_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown prompt layout 'mps'"):
         PromptBudget(layout="mps")

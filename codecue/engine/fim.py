@@ -271,6 +271,15 @@ def _head_within(tokenizer, text: str, budget: int) -> str:
     return "\n".join(lines[:lo])
 
 
+@dataclass(frozen=True)
+class FimText:
+    """A prompt as text (special tokens spelled out), and where its ``psm-mid`` middle starts in the
+    document's prefix (None: the prompt has no middle)."""
+
+    text: str
+    middle_from: int | None = None
+
+
 def build_fim_text(
     tokenizer,
     prefix: str,
@@ -282,7 +291,20 @@ def build_fim_text(
 ) -> str:
     """The prompt as text (special tokens spelled out); ``extra_context`` is (path, text) pairs from other
     files, ``path`` the current file's name (shown to the model when there is context)."""
+    return fim_text(tokenizer, prefix, suffix, budget, extra_context, path=path).text
+
+
+def fim_text(tokenizer, prefix: str, suffix: str, budget: PromptBudget = PromptBudget(),
+             extra_context: Sequence[tuple[str, str]] = (), *, path: str | None = None,
+             middle_from: int | None = None) -> FimText:
+    """:func:`build_fim_text`, and where its middle starts. ``middle_from``: a ``psm-mid`` middle starts
+    there (an offset in ``prefix`` at a line's code, as a prompt built before returned it) instead of where
+    the cursor's paragraph and block put it, as long as the middle stays under the prefix's budget: the
+    prompt the cache holds goes on while a new start would evaluate the suffix again (see
+    ``Completer.build_prompt``)."""
+    cut = len(prefix)
     prefix = stable_prefix(prefix, budget)
+    cut -= len(prefix)
     context_text, used_extra = render_context(tokenizer, extra_context, budget.extra)
     if context_text:
         current_entry = f"{FILE_SEP}{path or 'current'}\n"
@@ -298,6 +320,8 @@ def build_fim_text(
         line_head = prefix[head_end:]
         start = middle_start(prefix, head_end)
         start = _middle_within(tokenizer, prefix, start, head_end, prefix_budget // 3)
+        if middle_from is not None and _code_starts_at(prefix, middle_from - cut):
+            start = middle_from - cut
         # Only indentation on the cursor's line: it stays in the prefix, as in PSM. After <|fim_middle|> the
         # model would read it as a separate token and add a space of its own (" return" after 8 spaces).
         # An empty line after the paragraph's lines (a new line before its indentation) extends the middle.
@@ -307,11 +331,17 @@ def build_fim_text(
             if middle_tokens < prefix_budget * 3 // 4:  # a huge cursor line: plain PSM
                 prefix_text = trim_prefix(tokenizer, prefix[:start], prefix_budget - middle_tokens,
                                           budget.anchor_lines)
-                return f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}{middle}"
+                return FimText(f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}"
+                               f"{middle}", cut + start)
     prefix_text = trim_prefix(tokenizer, prefix, prefix_budget, budget.anchor_lines)
     if budget.layout == "spm":
-        return f"{context_text}{FIM_SUFFIX}{suffix_text}{FIM_PREFIX}{prefix_text}{FIM_MIDDLE}"
-    return f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}"
+        return FimText(f"{context_text}{FIM_SUFFIX}{suffix_text}{FIM_PREFIX}{prefix_text}{FIM_MIDDLE}")
+    return FimText(f"{context_text}{FIM_PREFIX}{prefix_text}{FIM_SUFFIX}{suffix_text}{FIM_MIDDLE}")
+
+
+def _code_starts_at(text: str, at: int) -> bool:
+    """Whether ``at`` is where the code of one of ``text``'s lines starts (after its indentation)."""
+    return 0 <= at <= len(text) and _line_code_start(text, text.rfind("\n", 0, at) + 1) == at
 
 
 def _middle_within(tokenizer, prefix: str, start: int, head_end: int, limit: int) -> int:
