@@ -58,10 +58,11 @@ HELD_WINDOWS = 2
 HELD_MIDDLES = 3
 MIDDLES_DOCUMENTS = 8  # the documents whose middles are held (a prompt's cache is one document's)
 
-# Tokens per evaluation of a refresh (Completer.warm, fresh): a keystroke waits for the one under way.
-# Smaller steps cost more per token, but a refresh runs in idle time and a keystroke does not: it should
-# wait for a few tokens' evaluation, not for a long step (docs/experiments.md, the idle refresh).
-REFRESH_STEP = 4
+# Tokens per evaluation of a warm-up and of a refresh (Completer.warm): a keystroke waits for the one under
+# way. Fewer would cost more per token, and calls of under kv_cache.MIN_CALL tokens compute by other
+# kernels: a refreshed cache would not be a fresh evaluation's to the last bit.
+WARM_STEP = 16
+REFRESH_STEP = WARM_STEP
 
 
 def special_token_ids(tokenizer) -> list[int]:
@@ -395,7 +396,7 @@ class Completer:
         return KPolicy.for_served(self.runtime, *self.names, draft_model=self.draft is not None,
                                   profile_path=profile_path)
 
-    def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = 16, *,
+    def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = WARM_STEP, *,
              fresh: bool = False) -> int:
         """Evaluate ``prompt`` into the target's KV cache ahead of a request (and with ``fresh`` refresh it),
         then into the draft's (which reads it too before drafting; a generation whose draft lags drafts by
@@ -409,6 +410,8 @@ class Completer:
         prompt gives (the draft's cache only affects speed). Cancelled part-way, the cache keeps the old
         entries of what was not reached; what it evaluates is not in the count returned."""
         fed = 0
+        # All but the last token: a request evaluates that one alone for its logits (kv_cache.LAST_ALONE_FROM).
+        prompt = prompt[:-1]
         with self.lock:
             stages = [(self.target, self.target.prefill(prompt, step))]
             if fresh:  # before the draft: a request that stops the draft's part decodes the fresh answer

@@ -1,4 +1,5 @@
-"""One short integration test on the real default pair: speculative greedy == target-only greedy."""
+"""Short integration tests on the real default pair: speculative greedy == target-only greedy; a prompt
+evaluated step by step (a rest's warm-up) gives the logits of one evaluated fresh, bit for bit."""
 
 from __future__ import annotations
 
@@ -40,3 +41,28 @@ def test_real_pair_speculative_greedy_equals_target_only(real_models, draft_back
         spec = c.generate_ids(prompt, max_tokens=24, k=4, draft_mode=mode)
         assert spec.tokens == target_only.tokens, (mode, spec.text, target_only.text)
         assert spec.stats.drafted > 0 and spec.stats.accepted > 0  # the real draft really guesses right
+
+
+def test_real_target_warmed_step_by_step_gives_a_fresh_evaluations_logits(real_models):
+    """What a rest shows is what a fresh evaluation shows: the warm-up evaluates a place's prompt 16 tokens a
+    step (a key waits for one step at most) but its last, a fresh evaluation in calls of 512, never fewer
+    than 16 tokens a call, and both evaluate the last token alone (``kv_cache.LAST_ALONE_FROM``): the
+    quantized target, loaded as the server loads it, then gives the same logits bit for bit."""
+    import numpy as np
+
+    need_llama_cpp()
+    from codecue.backends import CachedSequence
+    from codecue.models.config import CompletionConfig
+    from codecue.server.worker.model_worker import load_completer
+
+    completer = load_completer(CompletionConfig())
+    try:
+        backend = completer.target.backend
+        prompt = completer.tokenizer.encode((PREFIX + SUFFIX) * 4, add_special_tokens=False)[:600]
+        backend.reset()
+        fresh = np.asarray(CachedSequence(backend).sync(prompt, 1))[-1].copy()
+        completer.reset_caches()
+        completer.warm(prompt)  # a rest's warm-up, step by step
+        assert np.array_equal(np.asarray(completer.target.sync(prompt, 1))[-1], fresh)
+    finally:
+        completer.close()

@@ -49,6 +49,18 @@ MIN_TAIL_CHUNK = 16
 #: evaluated again; one that starts further back (the window slid, other files changed) is kept.
 MARK_CONTEXT = 32
 
+#: A prompt of at least this many new tokens is evaluated with its last token alone, in a call of its own:
+#: its logits then come out as where the cache held the rest (a rest's warm-up evaluated it, and the
+#: request evaluates its last token). A CPU computes one token's row by another kernel than a batch's,
+#: and the two differ in the last bits; where two tokens are that close, an answer after a rest and a fresh
+#: evaluation's would part. Below it the extra call would cost typing a decode step.
+LAST_ALONE_FROM = 64
+
+#: Calls of fewer tokens than this compute by other kernels than a batch's (the last bits differ; llama.cpp
+#: on CPUs, 2-4 tokens): a long evaluation's calls never leave fewer at its end (the step before takes
+#: them), so that evaluating a prompt in steps (a warm-up) and at once gives the same cache.
+MIN_CALL = 16
+
 
 def reuse_plan(cached: Sequence[int], tokens: Sequence[int], start: int, end: int, min_chunk: int,
                marks: frozenset[int] = frozenset()) -> list[Chunk]:
@@ -333,13 +345,23 @@ class CachedSequence:
         return _finish(self._evaluate(new_tokens, len(new_tokens) if n_logits is None else n_logits, None))
 
     def _evaluate(self, new_tokens: list[int], n_logits: int, step: int | None) -> Generator[int, None, Logits]:
-        """Feed ``new_tokens`` in calls of at most ``prefill_chunk`` (and ``step``) tokens, yielding each
-        call's size; returns the last ``n_logits`` rows of logits (none: an empty array)."""
+        """Feed ``new_tokens`` in calls of at most ``prefill_chunk`` (and about ``step``) tokens, none of
+        fewer than :data:`MIN_CALL` but the last token where it goes alone (:data:`LAST_ALONE_FROM`),
+        yielding each call's size; returns the last ``n_logits`` rows of logits (none: an empty array)."""
         size = self.prefill_chunk if step is None else min(step, self.prefill_chunk)
+        alone = n_logits == 1 and len(new_tokens) >= LAST_ALONE_FROM
+        end = len(new_tokens) - alone
+        bounds = [*range(0, end, size), end]
+        if len(bounds) > 2 and bounds[-1] - bounds[-2] < MIN_CALL <= size:  # the call before takes them, or half
+            if bounds[-1] - bounds[-3] <= self.prefill_chunk:
+                del bounds[-2]
+            else:
+                bounds[-2] = (bounds[-3] + bounds[-1]) // 2
+        if alone:
+            bounds.append(len(new_tokens))
         rows: list[Logits] = []
-        start = 0
-        while start < len(new_tokens):
-            chunk = new_tokens[start : start + size]
+        for start, end in zip(bounds, bounds[1:], strict=False):
+            chunk = new_tokens[start:end]
             after_chunk = len(new_tokens) - start - len(chunk)
             wanted = max(0, min(len(chunk), n_logits - after_chunk))
             try:
@@ -352,7 +374,6 @@ class CachedSequence:
                 self.fresh_length += len(chunk)
             self.tokens.extend(chunk)
             self.fed_tokens += len(chunk)
-            start += len(chunk)
             if wanted:
                 rows.append(logits[-wanted:])
             yield len(chunk)
