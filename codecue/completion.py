@@ -418,6 +418,8 @@ class Completer:
                 stages.append((self.target, self.target.refresh(REFRESH_STEP)))
             if self.draft is not None:  # it only makes decoding faster, and a lagging draft is skipped
                 stages.append((self.draft, self.draft.prefill(prompt, step)))
+                if fresh:  # its guesses make the target's rounds: as a fresh evaluation's, to the last bit
+                    stages.append((self.draft, self.draft.refresh(REFRESH_STEP)))
             for seq, steps in stages:
                 try:
                     while not (cancelled is not None and cancelled()):

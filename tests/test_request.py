@@ -292,6 +292,29 @@ async def test_enter_where_nothing_is_held_completes_from_the_new_lines_start(
         session.close()
 
 
+async def test_a_rest_at_a_new_lines_indentation_warms_the_prompt_a_request_there_sends(tmp_path, make_completer):
+    """A jump to a line holding only the indentation after a line with code: a request there completes from
+    the new line's start (the indentation counted as typed), so the cursor's warm-up and the rest evaluate
+    that place's prompt, not the one with the indentation at the end of its prefix."""
+    line_end = SOURCE[: SOURCE.index("in values:") + len("in values:")]
+    path = tmp_path / "scale.py"
+    path.write_text(line_end + "\n        \n" + SUFFIX_AFTER)
+    recording = Recording(make_completer(draft=None))
+    session = Session(recording)
+    uri = path.as_uri()
+    try:
+        session.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                               "text": path.read_text()}})
+        await session.complete(uri, 0, 0)  # the models load
+        calls = len(recording.calls)
+        session.send("codecue/cursorMoved", {"textDocument": {"uri": uri}, "position": {"line": LINE + 1, "character": 8}})
+        await until(lambda: "warm fresh" in recording.kinds()[calls:], what="the rest's full prompt")
+        warmed = [(what, prefix) for what, prefix, _, _ in recording.calls[calls:] if what.startswith("warm")]
+        assert warmed == [("warm", line_end + "\n"), ("warm fresh", line_end + "\n")]
+    finally:
+        session.close()
+
+
 def test_a_request_cancels_the_rest_and_nothing_after_it_runs():
     from codecue.server.worker.model_worker import ModelWorker
     from harness.jobs import make_job

@@ -509,8 +509,12 @@ class InlineCompletions:
             return  # already on its way
         request = CompletionRequest(uri, doc.version, line, character, prefix, suffix, doc.language_id,
                                     self.request_options())
+        # The prompt a request here sends: at a new line's indentation after a line with code, the new line's
+        # start (see complete), not the place with the indentation typed.
+        entered = request.line_entered if server.options.work_ahead else None
+        request = request if entered is None else entered.next_line
         info = server.hooks.cursor(uri, doc.language_id, line, character)
-        context = self._context(uri, doc.language_id, prefix, suffix)
+        context = self._context(uri, doc.language_id, request.prefix, suffix)
         job = GenerationJob(server.completion_config, prepare(request, info, kind=JobKind.WARM, extra_context=context),
                             background=True, warm_within_ms=CURSOR_PAUSE_MS, label=f"warm {uri}:{line}:{character}")
         if server.options.work_ahead:
