@@ -62,7 +62,6 @@ MIDDLES_DOCUMENTS = 8  # the documents whose middles are held (a prompt's cache 
 # way. Fewer would cost more per token, and calls of under kv_cache.MIN_CALL tokens compute by other
 # kernels: a refreshed cache would not be a fresh evaluation's to the last bit.
 WARM_STEP = 16
-REFRESH_STEP = WARM_STEP
 
 
 def special_token_ids(tokenizer) -> list[int]:
@@ -186,8 +185,10 @@ class Completer:
             # prompt, with the new start, fresh).
             new = self.target.uncached(prompt)
             for held in held_middles if soon is not None and new > soon else ():
+                if held == start:
+                    continue
                 other = fim_text(self.tokenizer, prefix, suffix, within, extra_context, path=path, middle_from=held)
-                if other.middle_from == held != start:
+                if other.middle_from == held:
                     candidate = encode(other.text)
                     if (cost := self.target.uncached(candidate)) < new:
                         prompt, start, new = candidate, held, cost
@@ -405,21 +406,22 @@ class Completer:
         cache did not hold already). A warm-up cancelled between the chunks it shifts keeps what it
         evaluated, and the chunks it did not reach right after it (:meth:`CachedSequence.prefill`).
 
-        ``fresh``: then evaluate again what the target's cache kept by shifting (:meth:`CachedSequence.refresh`,
-        :data:`REFRESH_STEP` tokens at a time), so that a request here decodes what a fresh evaluation of its
-        prompt gives (the draft's cache only affects speed). Cancelled part-way, the cache keeps the old
-        entries of what was not reached; what it evaluates is not in the count returned."""
+        ``fresh``: then evaluate again what the caches kept by shifting (:meth:`CachedSequence.refresh`,
+        :data:`WARM_STEP` tokens at a time; the target's first, then the draft's, whose guesses make the
+        target's rounds), so that a request here decodes what a fresh evaluation of its prompt gives.
+        Cancelled part-way, the cache keeps the old entries of what was not reached; what it evaluates is
+        not in the count returned. The prompt's last token is left to the request, which evaluates it alone
+        for its logits (:data:`~codecue.backends.kv_cache.LAST_ALONE_FROM`)."""
         fed = 0
-        # All but the last token: a request evaluates that one alone for its logits (kv_cache.LAST_ALONE_FROM).
         prompt = prompt[:-1]
         with self.lock:
             stages = [(self.target, self.target.prefill(prompt, step))]
             if fresh:  # before the draft: a request that stops the draft's part decodes the fresh answer
-                stages.append((self.target, self.target.refresh(REFRESH_STEP)))
+                stages.append((self.target, self.target.refresh(WARM_STEP)))
             if self.draft is not None:  # it only makes decoding faster, and a lagging draft is skipped
                 stages.append((self.draft, self.draft.prefill(prompt, step)))
                 if fresh:  # its guesses make the target's rounds: as a fresh evaluation's, to the last bit
-                    stages.append((self.draft, self.draft.refresh(REFRESH_STEP)))
+                    stages.append((self.draft, self.draft.refresh(WARM_STEP)))
             for seq, steps in stages:
                 try:
                     while not (cancelled is not None and cancelled()):

@@ -802,7 +802,7 @@ def test_the_completer_setting_turns_chunk_reuse_on_and_off_per_request(ggufs, t
 
 @needs_llama_cpp
 def test_a_fresh_warm_up_refreshes_the_target_and_gives_way_to_a_request(ggufs, tokenizer) -> None:
-    from codecue.completion import REFRESH_STEP, Completer
+    from codecue.completion import WARM_STEP, Completer
 
     target = llamacpp.LlamaCppBackend.load(ggufs["target"], n_ctx=N_CTX)
     try:
@@ -814,7 +814,7 @@ def test_a_fresh_warm_up_refreshes_the_target_and_gives_way_to_a_request(ggufs, 
         assert fresh < 0.7 * len(held)
         polls = iter([False, False, True])  # the prompt is held; one refresh step; then a request comes
         completer.warm_context(later, "\n", fresh=True, cancelled=lambda: next(polls))
-        assert completer.target.tokens == held and completer.target.fresh_length == fresh + REFRESH_STEP
+        assert completer.target.tokens == held and completer.target.fresh_length == fresh + WARM_STEP
         completer.warm_context(later, "\n", fresh=True)  # idle again: it goes on, to the end
         assert completer.target.tokens == held and completer.target.fresh_length == len(held)
     finally:

@@ -168,13 +168,7 @@ class InlineCompletions:
             self._cancel(gen)
         info = server.hooks.cursor(request.uri, request.language_id, request.line, request.character)
         info.language = language
-        entered = self._entered(request, held_line)
-        # After Enter: a completion from the new line's start, the prompt the cache holds extended by the
-        # newline (as a rest there prepares the next line), the editor's indentation typed into it; where the
-        # model indents otherwise, the request gets its own generation (_restart). Its rest warms that
-        # place's full prompt, which the next keys' prompts extend (with the indentation at its end the
-        # prompt is PSM: the suffix moves).
-        place = request if entered is None else entered.next_line
+        place = self._place(request, held_line)
         gen = Generation(place.prefix, request.suffix, info)
         self.active[request.uri] = gen
         loop = asyncio.get_running_loop()
@@ -185,14 +179,19 @@ class InlineCompletions:
             self._start(gen, place)
         return await self._subscribe(gen, request, request.prefix[len(place.prefix):])
 
-    def _entered(self, request: CompletionRequest, held: Generation | None) -> CompletionRequest | None:
-        """The line's end Enter was pressed at, where ``request`` is at the indentation it inserted and the
-        line after it is to be generated (not where the line held for that place already disagreed)."""
+    def _place(self, request: CompletionRequest, held: Generation | None) -> CompletionRequest:
+        """Where a generation for ``request`` starts, and so the prompt it sends (and a warm-up there
+        evaluates): after Enter at a line's end (``request`` at the indentation it inserted) the new line's
+        start, the prompt the cache holds extended by the newline (as a rest there prepares the next line),
+        the editor's indentation typed into it; where the model indents otherwise, the request gets its own
+        generation (_restart). Its rest warms that place's full prompt, which the next keys' prompts extend
+        (with the indentation at its end the prompt is PSM: the suffix moves). Elsewhere, and where the line
+        held for that place already disagreed, ``request`` itself."""
         entered = request.line_entered if self.server.options.work_ahead else None
         if entered is None or (held is not None and held.state == "done"
                                and (held.prefix, held.suffix) == (entered.next_line.prefix, request.suffix)):
-            return None
-        return entered
+            return request
+        return entered.next_line
 
     # -- generations ---------------------------------------------------------------------------------
     def _context(self, uri: str, language_id: str, prefix: str, suffix: str) -> list[tuple[str, str]]:
@@ -509,10 +508,7 @@ class InlineCompletions:
             return  # already on its way
         request = CompletionRequest(uri, doc.version, line, character, prefix, suffix, doc.language_id,
                                     self.request_options())
-        # The prompt a request here sends: at a new line's indentation after a line with code, the new line's
-        # start (see complete), not the place with the indentation typed.
-        entered = request.line_entered if server.options.work_ahead else None
-        request = request if entered is None else entered.next_line
+        request = self._place(request, self.next_lines.get(uri))  # the prompt a request here sends
         info = server.hooks.cursor(uri, doc.language_id, line, character)
         context = self._context(uri, doc.language_id, request.prefix, suffix)
         job = GenerationJob(server.completion_config, prepare(request, info, kind=JobKind.WARM, extra_context=context),
