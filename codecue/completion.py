@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from codecue.backends import CachedSequence
-from codecue.backends.base import Backend, GPUOutOfMemory
+from codecue.backends.base import Backend, GPUOutOfMemory, Interrupted
 from codecue.engine.code_vocab import code_token_ids
 from codecue.engine.fim import (
     FIM_MIDDLE,
@@ -62,6 +62,10 @@ MIDDLES_DOCUMENTS = 8  # the documents whose middles are held (a prompt's cache 
 # way. Fewer would cost more per token, and calls of under kv_cache.MIN_CALL tokens compute by other
 # kernels: a refreshed cache would not be a fresh evaluation's to the last bit.
 WARM_STEP = 16
+# ... on a backend whose calls stop part-way (can_interrupt), where a keystroke waits for none: calls of
+# this many tokens run the batch kernels at their full speed (16-token calls are slower per token on
+# some CPUs' kernels: llama.cpp's AVX2 ones), and a stopped call loses no more than its own work.
+INTERRUPTIBLE_STEP = 64
 
 
 def special_token_ids(tokenizer) -> list[int]:
@@ -397,44 +401,59 @@ class Completer:
         return KPolicy.for_served(self.runtime, *self.names, draft_model=self.draft is not None,
                                   profile_path=profile_path)
 
-    def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int = WARM_STEP, *,
+    def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int | None = None, *,
              fresh: bool = False) -> int:
         """Evaluate ``prompt`` into the target's KV cache ahead of a request (and with ``fresh`` refresh it),
         then into the draft's (which reads it too before drafting; a generation whose draft lags drafts by
-        n-gram, :meth:`draft_lags`), ``step`` tokens at a time, checking ``cancelled`` between steps: a
-        real request waits for one step at most. Returns how many tokens the target evaluated (what its
-        cache did not hold already). A warm-up cancelled between the chunks it shifts keeps what it
-        evaluated, and the chunks it did not reach right after it (:meth:`CachedSequence.prefill`).
+        n-gram, :meth:`draft_lags`), ``step`` tokens at a time (None: :data:`WARM_STEP`, or
+        :data:`INTERRUPTIBLE_STEP` on a backend whose calls stop part-way), checking ``cancelled`` between
+        steps, and within them where the backend can stop a call: a real request waits for one step at
+        most, or for none. Returns how many tokens the target evaluated (what its cache did not hold
+        already). A warm-up cancelled between the chunks it shifts keeps what it evaluated, and the chunks
+        it did not reach right after it (:meth:`CachedSequence.prefill`).
 
-        ``fresh``: then evaluate again what the caches kept by shifting (:meth:`CachedSequence.refresh`,
-        :data:`WARM_STEP` tokens at a time; the target's first, then the draft's, whose guesses make the
-        target's rounds), so that a request here decodes what a fresh evaluation of its prompt gives.
-        Cancelled part-way, the cache keeps the old entries of what was not reached; what it evaluates is
-        not in the count returned. The prompt's last token is left to the request, which evaluates it alone
-        for its logits (:data:`~codecue.backends.kv_cache.LAST_ALONE_FROM`)."""
+        ``fresh``: then evaluate again what the caches kept by shifting (:meth:`CachedSequence.refresh`;
+        the target's first, then the draft's, whose guesses make the target's rounds), so that a request
+        here decodes what a fresh evaluation of its prompt gives. Cancelled part-way, the cache keeps the
+        old entries of what was not reached; what it evaluates is not in the count returned. The prompt's
+        last token is left to the request, which evaluates it alone for its logits
+        (:data:`~codecue.backends.kv_cache.LAST_ALONE_FROM`)."""
+        def stopped() -> bool:
+            return cancelled is not None and cancelled()
+
+        def steps_for(seq: CachedSequence) -> int:
+            if step is not None:
+                return step
+            return INTERRUPTIBLE_STEP if seq.backend.can_interrupt else WARM_STEP
+
         fed = 0
         prompt = prompt[:-1]
         with self.lock:
-            stages = [(self.target, self.target.prefill(prompt, step))]
+            stages = [(self.target, False)]  # each cache, and whether to refresh it
             if fresh:  # before the draft: a request that stops the draft's part decodes the fresh answer
-                stages.append((self.target, self.target.refresh(WARM_STEP)))
+                stages.append((self.target, True))
             if self.draft is not None:  # it only makes decoding faster, and a lagging draft is skipped
-                stages.append((self.draft, self.draft.prefill(prompt, step)))
+                stages.append((self.draft, False))
                 if fresh:  # its guesses make the target's rounds: as a fresh evaluation's, to the last bit
-                    stages.append((self.draft, self.draft.refresh(WARM_STEP)))
-            for seq, steps in stages:
+                    stages.append((self.draft, True))
+            for number, (seq, refresh) in enumerate(stages):
+                size = steps_for(seq)
+                steps = seq.refresh(size) if refresh else seq.prefill(prompt, size)
                 try:
-                    while not (cancelled is not None and cancelled()):
-                        started = time.perf_counter()
-                        evaluated = next(steps, None)
-                        if evaluated is None:
-                            break
-                        if seq is self.target and steps is stages[0][1]:
-                            fed += evaluated
-                            # A bare evaluation, nothing else timed: ``step`` tokens measure the prefill.
-                            self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=step)
-                    else:
-                        return fed
+                    with seq.backend.interruptible(stopped):
+                        while not stopped():
+                            started = time.perf_counter()
+                            evaluated = next(steps, None)
+                            if evaluated is None:
+                                break
+                            if number == 0:
+                                fed += evaluated
+                                # A bare evaluation, nothing else timed: a step's tokens measure the prefill.
+                                self._note_prefill(evaluated, (time.perf_counter() - started) * 1e3, at_least=size)
+                        else:
+                            return fed
+                except Interrupted:
+                    return fed
                 finally:
                     steps.close()
         return fed

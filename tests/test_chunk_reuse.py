@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from codecue.backends import llamacpp
-from codecue.backends.base import Chunk
+from codecue.backends.base import Chunk, Interrupted
 from codecue.backends.kv_cache import (
     LAST_ALONE_FROM,
     MARK_CONTEXT,
@@ -690,6 +690,118 @@ def test_greedy_decoding_after_a_refresh_equals_it_after_a_fresh_evaluation(back
     assert _generate(seq, None, after, 0, tokenizer).tokens == expected
 
 
+# -- (g) a call stopped part-way: a warm-up that a keystroke does not wait for ------------------------------
+
+
+class StopWhenArmed:
+    """A ``stop`` for ``interruptible``: once armed, true from its ``after``-th question on (llama.cpp asks
+    after each operation of a call's graph, so the first answers let the call begin)."""
+
+    def __init__(self, after: int = 3) -> None:
+        self.armed, self.after, self.asked = False, after, 0
+
+    def __call__(self) -> bool:
+        if self.armed:
+            self.asked += 1
+        return self.armed and self.asked >= self.after
+
+
+@needs_llama_cpp
+def test_a_prefill_stopped_inside_a_call_leaves_what_a_stop_between_steps_leaves(backends, capsys) -> None:
+    """The call under way is dropped, what came before stays, and the chunk it did not reach goes right
+    after it, as where a warm-up is stopped between steps; the next prefill and a request go on from there
+    with the same logits, and llama.cpp's report of the stop is not written as an error."""
+    target = backends["target"]
+    new = EDITS["insertion"]
+    seq = _holding(target, OLD)
+    stop = StopWhenArmed()
+    with target.interruptible(stop):
+        steps = seq.prefill(new, 4)
+        assert next(steps) == 4
+        stop.armed = True
+        with pytest.raises(Interrupted):
+            next(steps)
+    assert stop.asked >= stop.after  # asked within the call, which began
+    assert seq.tokens == new[:84] + new[94:94 + 330] and target.length == 84 + 330
+    assert held_positions(target) == (84 + 330 - 1, -1)
+    assert "decode" not in capsys.readouterr().err
+    assert sum(seq.prefill(new, 64)) == len(new) - 84 - 330 and seq.tokens == new
+
+    between = _stopped_after_one_step(backends["reference"], new)
+    assert sum(between.prefill(new, 64)) == len(new) - 84 - 330
+    assert same(seq.sync(new, 4), between.sync(new, 4))
+
+
+@needs_llama_cpp
+def test_a_refresh_stopped_inside_a_call_keeps_the_old_entries_where_it_did_not_reach(backends) -> None:
+    target = backends["target"]
+    new = EDITS["insertion"]
+    seq = _holding(target, OLD)
+    seq.sync(new, 1)
+    stop = StopWhenArmed()
+    with target.interruptible(stop):
+        steps = seq.refresh(16)
+        assert next(steps) == 16
+        stop.armed = True
+        with pytest.raises(Interrupted):
+            next(steps)
+    assert seq.tokens == new and target.length == len(new) and held_positions(target) == (len(new) - 1, -1)
+    assert seq.fresh_length == 94 + 16
+    list(seq.refresh(16))  # idle again: it goes on, and ends as a fresh evaluation
+    assert_close(seq.sync(new, 1), _fresh_rows(backends["reference"], new, 1), atol=NOISE, rtol=0)
+
+
+@needs_llama_cpp
+def test_calls_stop_part_way_only_within_interruptible(backends) -> None:
+    target = backends["target"]
+    stop = StopWhenArmed(after=1)
+    stop.armed = True
+    target.forward(OLD[:40], 1)  # no check installed: the call runs to its end
+    with target.interruptible(stop):
+        with pytest.raises(Interrupted):
+            target.forward(OLD[40:80], 1)
+        assert target.length == 40
+    asked = stop.asked
+    target.forward(OLD[40:80], 1)  # the check is gone with the block
+    assert target.length == 80 and stop.asked == asked
+
+
+@needs_llama_cpp
+def test_a_warm_up_stopped_inside_a_call_keeps_its_whole_steps(ggufs, tokenizer, monkeypatch) -> None:
+    """A request that comes while a warm-up's call runs does not wait for the call: the call stops, the
+    warm-up counts and keeps the steps it finished (of :data:`INTERRUPTIBLE_STEP` tokens on llama.cpp),
+    and the request's logits are a fresh evaluation's."""
+    import threading
+
+    from codecue.completion import INTERRUPTIBLE_STEP, Completer
+
+    target = llamacpp.LlamaCppBackend.load(ggufs["target"], n_ctx=N_CTX)
+    reference = llamacpp.LlamaCppBackend.load(ggufs["target"], n_ctx=N_CTX)
+    try:
+        completer = Completer(tokenizer, target, None, DecodingSettings(draft_mode="ngram", first_text_ms=0))
+        prompt = completer.build_prompt(source(), "\n", full=True)
+        assert len(prompt) > 3 * INTERRUPTIBLE_STEP
+        calls: list[int] = []
+        request = threading.Event()
+        decode = target._decode
+
+        def second_call_meets_a_request(chunk, first_output):
+            calls.append(len(chunk))
+            if len(calls) == 2:
+                request.set()
+            return decode(chunk, first_output)
+
+        monkeypatch.setattr(target, "_decode", second_call_meets_a_request)
+        assert completer.warm(prompt, request.is_set) == INTERRUPTIBLE_STEP
+        assert calls == [INTERRUPTIBLE_STEP] * 2  # the second stopped inside: the between-steps check said no
+        assert completer.target.tokens == prompt[:INTERRUPTIBLE_STEP] and target.length == INTERRUPTIBLE_STEP
+        rows = completer.target.sync(prompt, 1)
+        assert_close(rows, CachedSequence(reference).sync(prompt, 1), atol=NOISE, rtol=0)
+    finally:
+        target.close()
+        reference.close()
+
+
 # -- (e) backends that cannot shift ----------------------------------------------------------------------
 
 
@@ -723,7 +835,10 @@ def test_torch_keeps_prefix_reuse_and_its_outputs(tokenizer, tmp_path: Path) -> 
     from harness.tiny_models import build_tiny_model_dir
 
     backend = TorchBackend.from_pretrained(build_tiny_model_dir(tmp_path / "tiny", seed=0), dtype="float32")
-    assert not backend.can_shift
+    assert not backend.can_shift and not backend.can_interrupt
+    with backend.interruptible(lambda: True):  # nothing stops a call part-way here: it runs to its end
+        backend.forward(OLD[:40], 1)
+    assert backend.length == 40
     old, new = OLD[:200], OLD[:40] + random_tokens(5, 10) + OLD[50:200]
     outputs = []
     for min_chunk in (0, MIN_CHUNK):
@@ -802,7 +917,7 @@ def test_the_completer_setting_turns_chunk_reuse_on_and_off_per_request(ggufs, t
 
 @needs_llama_cpp
 def test_a_fresh_warm_up_refreshes_the_target_and_gives_way_to_a_request(ggufs, tokenizer) -> None:
-    from codecue.completion import WARM_STEP, Completer
+    from codecue.completion import INTERRUPTIBLE_STEP, Completer
 
     target = llamacpp.LlamaCppBackend.load(ggufs["target"], n_ctx=N_CTX)
     try:
@@ -812,9 +927,9 @@ def test_a_fresh_warm_up_refreshes_the_target_and_gives_way_to_a_request(ggufs, 
         completer.warm_context(later, "\n")  # a warm-up shifts
         held, fresh = list(completer.target.tokens), completer.target.fresh_length
         assert fresh < 0.7 * len(held)
-        polls = iter([False, False, True])  # the prompt is held; one refresh step; then a request comes
-        completer.warm_context(later, "\n", fresh=True, cancelled=lambda: next(polls))
-        assert completer.target.tokens == held and completer.target.fresh_length == fresh + WARM_STEP
+        # A request comes after one refresh step.
+        completer.warm_context(later, "\n", fresh=True, cancelled=lambda: completer.target.fresh_length > fresh)
+        assert completer.target.tokens == held and completer.target.fresh_length == fresh + INTERRUPTIBLE_STEP
         completer.warm_context(later, "\n", fresh=True)  # idle again: it goes on, to the end
         assert completer.target.tokens == held and completer.target.fresh_length == len(held)
     finally:

@@ -9,7 +9,8 @@ here once (:class:`BackendBase`, which every runtime's backend extends).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, runtime_checkable
 
@@ -54,6 +55,11 @@ class Backend(Protocol):
     ``start``), so that ``forward`` evaluates them anew; ``restore_aside()`` puts back the positions the
     sequence has not reached again and drops the rest. ``truncate``, ``reset``, ``hold_chunks`` and a
     failed ``forward`` drop what is set aside; ``restore_aside`` then has nothing to do.
+
+    ``can_interrupt`` with ``interruptible(stop)`` (stop a call part-way: a warm-up's evaluation that a
+    keystroke should not wait for): within it, a ``forward`` during which ``stop()`` becomes true raises
+    :class:`Interrupted` and leaves the backend as it was before that call, what is held and set aside
+    included. Elsewhere ``interruptible`` does nothing, and a call runs to its end.
     """
 
     name: str
@@ -90,6 +96,11 @@ class Backend(Protocol):
 
     def restore_aside(self) -> None: ...
 
+    @property
+    def can_interrupt(self) -> bool: ...
+
+    def interruptible(self, stop: Callable[[], bool]) -> AbstractContextManager[None]: ...
+
     def close(self) -> None: ...
 
 
@@ -105,6 +116,11 @@ class Chunk:
     @property
     def shift(self) -> int:
         return self.moved_to - self.cached_at
+
+
+class Interrupted(Exception):
+    """A ``forward`` stopped part-way by the ``stop`` of :meth:`Backend.interruptible`: the backend holds
+    what it held before the call."""
 
 
 class GPUOutOfMemory(CodeCueError):
@@ -176,6 +192,8 @@ class BackendBase(ABC):
         start = self.length
         try:
             return self._forward(tokens, n_logits)
+        except Interrupted:  # the runtime put itself back, what is held included
+            raise
         except BaseException:
             if self.length > start:  # a runtime may have kept the chunks it evaluated before failing
                 self.truncate(start)
@@ -212,6 +230,15 @@ class BackendBase(ABC):
     def restore_aside(self) -> None:
         """See :class:`Backend`; only where ``can_set_aside``."""
         raise NotImplementedError(f"the {self.name} backend cannot set cached positions aside")
+
+    @property
+    def can_interrupt(self) -> bool:
+        """Whether a call can stop part-way (:meth:`interruptible`); not by default."""
+        return False
+
+    def interruptible(self, stop: Callable[[], bool]) -> AbstractContextManager[None]:
+        """See :class:`Backend`; where a call cannot stop part-way (the default), nothing: it runs to its end."""
+        return nullcontext()
 
     def close(self) -> None:
         """Free what the backend holds outside Python's heap; nothing to do by default."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING
 
-from codecue.backends.base import Backend, Chunk, is_numpy
+from codecue.backends.base import Backend, Chunk, Interrupted, is_numpy
 
 if TYPE_CHECKING:
     from codecue.backends.base import Logits
@@ -301,8 +301,8 @@ class CachedSequence:
                 self.tokens.extend(tokens[chunk.moved_to : at])
                 self.reused_tokens += chunk.length
                 self.shifted_tokens += chunk.length
-        except GeneratorExit:
-            # A prefill stopped between steps (a warm-up a request cancelled): the chunks it did not reach
+        except (GeneratorExit, Interrupted):
+            # A prefill stopped between steps or in one (a warm-up a request cancelled): the chunks it did not reach
             # go right after what it evaluated instead of being dropped. The request that stopped it often
             # needs them: an idle warm-up of a place's long prompt, cut short, must not cost the short
             # window the cache held (the window's runs are these chunks) a full evaluation at the next key.
@@ -366,6 +366,8 @@ class CachedSequence:
             wanted = max(0, min(len(chunk), n_logits - after_chunk))
             try:
                 logits = self.backend.forward(chunk, wanted)
+            except Interrupted:  # the backend holds what it held before the call, as this view does
+                raise
             except BaseException:
                 # The backend may hold a partial chunk now; make our view agree with it.
                 self.backend.truncate(len(self.tokens))
