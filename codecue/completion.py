@@ -402,7 +402,7 @@ class Completer:
                                   profile_path=profile_path)
 
     def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int | None = None, *,
-             fresh: bool = False) -> int:
+             fresh: bool = False, with_draft: bool = True) -> int:
         """Evaluate ``prompt`` into the target's KV cache ahead of a request (and with ``fresh`` refresh it),
         then into the draft's (which reads it too before drafting; a generation whose draft lags drafts by
         n-gram, :meth:`draft_lags`), ``step`` tokens at a time (None: :data:`WARM_STEP`, or
@@ -417,7 +417,10 @@ class Completer:
         here decodes what a fresh evaluation of its prompt gives. Cancelled part-way, the cache keeps the
         old entries of what was not reached; what it evaluates is not in the count returned. The prompt's
         last token is left to the request, which evaluates it alone for its logits
-        (:data:`~codecue.backends.kv_cache.LAST_ALONE_FROM`)."""
+        (:data:`~codecue.backends.kv_cache.LAST_ALONE_FROM`).
+
+        ``with_draft`` False: the target's cache only (where no request drafts, the K authority's ceiling
+        0, the draft's cache is never read)."""
         def stopped() -> bool:
             return cancelled is not None and cancelled()
 
@@ -432,7 +435,7 @@ class Completer:
             stages = [(self.target, False)]  # each cache, and whether to refresh it
             if fresh:  # before the draft: a request that stops the draft's part decodes the fresh answer
                 stages.append((self.target, True))
-            if self.draft is not None:  # it only makes decoding faster, and a lagging draft is skipped
+            if self.draft is not None and with_draft:  # it only makes decoding faster; a lagging one is skipped
                 stages.append((self.draft, False))
                 if fresh:  # its guesses make the target's rounds: as a fresh evaluation's, to the last bit
                     stages.append((self.draft, True))
@@ -461,18 +464,19 @@ class Completer:
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
                      path: str | None = None, cancelled: Callable[[], bool] | None = None,
                      decoding: DecodingSettings | None = None, within_ms: float | None = None,
-                     fresh: bool = False) -> int:
+                     fresh: bool = False, with_draft: bool = True) -> int:
         """:meth:`warm` for the full prompt of this cursor position under ``decoding`` (None: the
         completer's settings). With ``within_ms``, the full prompt only where this machine evaluates what
         its cache lacks of it within that long; elsewhere the prompt a request there sends first (the
         window around the cursor, :meth:`build_prompt`), so that the pause after a jump readies the first
-        suggestion instead of a part of a prompt no request uses. ``fresh``: as in :meth:`warm`."""
+        suggestion instead of a part of a prompt no request uses. ``fresh``, ``with_draft``: as in
+        :meth:`warm`."""
         budget = prompt_budget(self._settings(decoding))
         prompt = self.build_prompt(prefix, suffix, extra_context, path=path, full=True, budget=budget)
         if (within_ms is not None and self.prefill_ms_per_token is not None
                 and self.uncached(prompt) * self.prefill_ms_per_token > within_ms):
             prompt = self.build_prompt(prefix, suffix, extra_context, path=path, budget=budget)
-        return self.warm(prompt, cancelled, fresh=fresh)
+        return self.warm(prompt, cancelled, fresh=fresh, with_draft=with_draft)
 
     def reset_caches(self) -> None:
         with self.lock:

@@ -219,7 +219,7 @@ class RemoteCompleter:
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
                      path: str | None = None, cancelled: Any = None, decoding: Any = None,
-                     within_ms: float | None = None, fresh: bool = False) -> int:
+                     within_ms: float | None = None, fresh: bool = False, with_draft: bool = True) -> int:
         """Nothing to warm here: the server keeps its own prefix cache."""
         return 0
 

@@ -297,6 +297,7 @@ class SlowCompleter:
     def __init__(self) -> None:
         self.started: list[str] = []
         self.running = threading.Event()
+        self.with_draft: list[bool] = []  # each warm-up's
 
     def measure_costs(self, should_stop=None):
         return None
@@ -316,8 +317,9 @@ class SlowCompleter:
         return [1, 2, 3]
 
     def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None, decoding=None,
-                     within_ms=None, fresh=False):
+                     within_ms=None, fresh=False, with_draft=True):
         self.started.append("warm fresh" if fresh else "warm")
+        self.with_draft.append(with_draft)
         self.running.set()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not cancelled():
@@ -366,6 +368,45 @@ def test_queued_work_ahead_is_dropped_for_a_real_request_and_warming_is_cancelle
         assert completer.started == ["warm", "real"]  # the queued prefetch never ran
     finally:
         worker.shutdown(unload=False)
+
+
+def test_a_warm_up_evaluates_the_draft_only_where_a_request_may_draft():
+    """Where speculation cannot pay here (the K authority's ceiling is 0: nothing measured, or costs under
+    which no K gains) no request reads the draft's cache, so a warm-up leaves it; a K fixed above 0, or
+    costs under which drafting pays, bring it back."""
+    from codecue.models.config import CompletionConfig, DecodingSettings, ModelChoice
+    from codecue.request import JobKind
+    from codecue.server.worker.model_worker import ModelWorker
+    from codecue.tuning.k_choice import CostModel
+    from codecue.tuning.policy import KPolicy
+    from harness.jobs import make_job
+
+    for decoding, drafts in ((DecodingSettings(), False), (DecodingSettings(k=3), True),
+                             (DecodingSettings(k=0), False)):
+        completer = SlowCompleter()
+        config = CompletionConfig(ModelChoice("t"), decoding)
+        worker = ModelWorker(config, lambda choice, completer=completer: completer, idle_unload_s=None,
+                             k_policy=KPolicy())
+        try:
+            warm = worker.submit(make_job(config, "w", "", background=True, kind=JobKind.WARM))
+            assert completer.running.wait(10)
+            assert worker.submit(make_job(config, "real", "")).result(timeout=10).text == "done"
+            assert warm.result(timeout=10) is None
+            assert completer.with_draft == [drafts], decoding
+            job = make_job(config, "w", "", kind=JobKind.WARM)
+            worker.k_policy.use_costs(CostModel(draft_cost=0.05, verify_per_token=0.02))  # drafting pays
+            assert worker.drafts(job) == (decoding.k != 0)
+            worker.k_policy.use_costs(CostModel(draft_cost=2.0, verify_per_token=1.0))  # it cannot
+            assert worker.drafts(job) == drafts
+        finally:
+            worker.shutdown(unload=False)
+
+
+def test_warm_leaves_the_draft_cache_where_told(make_completer):
+    completer = make_completer(draft="target", draft_mode="hybrid", k=3)
+    prompt = completer.build_prompt(SOURCE[:2000], SOURCE[2000:2400])
+    assert completer.warm(prompt, step=16, with_draft=False) == len(prompt) - 1
+    assert completer.target.tokens == list(prompt[:-1]) and completer.draft.tokens == []
 
 
 def test_warm_fills_the_cache_so_the_request_evaluates_only_what_changed(make_completer):

@@ -184,10 +184,11 @@ def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, 
                 conn.send(("done", None))
                 continue
             if command == "warm":
-                _, _, prefix, suffix, extra_context, path, decoding, within_ms, fresh = message
+                _, _, prefix, suffix, extra_context, path, decoding, within_ms, fresh, with_draft = message
                 conn.send(("done", completer.warm_context(prefix, suffix, extra_context, path=path,
                                                           cancelled=cancelled, decoding=decoding,
-                                                          within_ms=within_ms, fresh=fresh)))
+                                                          within_ms=within_ms, fresh=fresh,
+                                                          with_draft=with_draft)))
                 continue
             if command == "count":
                 conn.send(("done", completer.count_tokens(message[2])))
@@ -371,9 +372,9 @@ class CompleterProcess:
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
                      path: str | None = None, cancelled: Callable[[], bool] | None = None,
                      decoding: DecodingSettings | None = None, within_ms: float | None = None,
-                     fresh: bool = False) -> int:
+                     fresh: bool = False, with_draft: bool = True) -> int:
         return self._call("warm", prefix, suffix, tuple(extra_context), path, decoding, within_ms, fresh,
-                          cancelled=cancelled)
+                          with_draft, cancelled=cancelled)
 
     def count_tokens(self, text: str) -> int:
         return self._call("count", text)

@@ -313,6 +313,16 @@ class ModelWorker:
             return Depth(k, k, "fixed by the configuration" if k else "no K policy")
         return policy.depth_for(job.prepared.language, job.prepared.context_class, requested=requested)
 
+    def drafts(self, job: GenerationJob) -> bool:
+        """Whether a request like ``job`` may draft: K fixed above 0 by its decoding settings, else a K
+        authority whose ceiling is above 0 for the pair loaded (where it is 0, speculation cannot pay on
+        the costs measured here, or none are measured, and no request reads the draft's cache)."""
+        requested = job.config.decoding.k
+        if requested is not None:
+            return requested > 0
+        policy = self.k_policy
+        return policy is not None and policy.ceiling() > 0
+
     def save_learned_k(self) -> bool:
         """Keep what the K policy learned (per-class acceptance, K) in the user's profile, so that the next
         server starts from it. Atomic; a failure is logged, never raised. True when a profile was written."""
@@ -515,7 +525,7 @@ class ModelWorker:
                     _link_cancel(job, completer)
                     job.warmed_tokens = warm_job(completer, job.prepared, decoding=decoding,
                                                  cancelled=job.poll_cancelled, within_ms=job.warm_within_ms,
-                                                 fresh=job.warm_fresh)
+                                                 fresh=job.warm_fresh, with_draft=self.drafts(job))
                     job.warm_complete = not job.is_cancelled
                     job.future.set_result(None)
                     self._follow(job)
