@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -424,10 +425,13 @@ class Completer:
         def stopped() -> bool:
             return cancelled is not None and cancelled()
 
+        def interruptible(seq: CachedSequence) -> bool:
+            return cancelled is not None and getattr(seq.backend, "can_interrupt", False)
+
         def steps_for(seq: CachedSequence) -> int:
             if step is not None:
                 return step
-            return INTERRUPTIBLE_STEP if seq.backend.can_interrupt else WARM_STEP
+            return INTERRUPTIBLE_STEP if interruptible(seq) else WARM_STEP
 
         fed = 0
         prompt = prompt[:-1]
@@ -443,7 +447,7 @@ class Completer:
                 size = steps_for(seq)
                 steps = seq.refresh(size) if refresh else seq.prefill(prompt, size)
                 try:
-                    with seq.backend.interruptible(stopped):
+                    with seq.backend.interruptible(stopped) if interruptible(seq) else nullcontext():
                         while not stopped():
                             started = time.perf_counter()
                             evaluated = next(steps, None)

@@ -767,6 +767,47 @@ def test_calls_stop_part_way_only_within_interruptible(backends) -> None:
 
 
 @needs_llama_cpp
+@pytest.mark.parametrize("after", [1, 2, 3, 5, 8])  # the stop at the graph's first operations, or later
+def test_a_stop_never_lands_in_the_move_a_call_applies_first(backends, monkeypatch, after: int) -> None:
+    """llama.cpp rotates moved keys at the start of the call after a move, layer by layer, under the abort
+    callback: a stop there would leave the move pending, to be applied again, the first layers' keys
+    rotated twice. The call that applies a move runs unchecked, 16 tokens (a batch's kernels), and a stop
+    takes the rest of the step; the cache then decodes as where nothing was stopped, bit for bit."""
+    target = backends["target"]
+    new = OLD[:80] + random_tokens(40, 11) + OLD[80:]
+    seq = _holding(target, OLD)
+    assert seq.plan(new, 0)[1] == [Chunk(80, 120, len(OLD) - 80)]
+    stop = StopWhenArmed(after)
+    stop.armed = True
+    calls = count_decodes(target, monkeypatch)
+    with target.interruptible(stop):
+        with pytest.raises(Interrupted):
+            sum(seq.prefill(new, 64))
+    assert calls == [16, 24]  # the move applied, unchecked; the rest of the step stopped, and the 16 with it
+    assert seq.tokens == OLD and target.length == len(OLD)  # the chunk not reached, right after it
+    assert sum(seq.prefill(new, 64)) == 40 and seq.tokens == new
+
+    unstopped = _holding(backends["reference"], OLD)
+    assert sum(unstopped.prefill(new, 64)) == 40
+    assert same(seq.sync(new, 4), unstopped.sync(new, 4))  # a move applied twice: 5e-3 to 8e-3 apart
+
+
+@needs_llama_cpp
+def test_a_check_that_fails_stops_the_call_and_raises_its_error(backends) -> None:
+    target = backends["target"]
+    target.forward(OLD[:40], 1)
+
+    def failing() -> bool:
+        raise KeyError("the job is gone")
+
+    with target.interruptible(failing), pytest.raises(KeyError, match="the job is gone"):
+        target.forward(OLD[40:80], 1)
+    assert target.length == 40
+    target.forward(OLD[40:80], 1)  # usable: the failed check went with its call
+    assert target.length == 80
+
+
+@needs_llama_cpp
 def test_a_warm_up_stopped_inside_a_call_keeps_its_whole_steps(ggufs, tokenizer, monkeypatch) -> None:
     """A request that comes while a warm-up's call runs does not wait for the call: the call stops, the
     warm-up counts and keeps the steps it finished (of :data:`INTERRUPTIBLE_STEP` tokens on llama.cpp),

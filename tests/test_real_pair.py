@@ -44,10 +44,11 @@ def test_real_pair_speculative_greedy_equals_target_only(real_models, draft_back
 
 
 def test_real_target_warmed_step_by_step_gives_a_fresh_evaluations_logits(real_models):
-    """What a rest shows is what a fresh evaluation shows: the warm-up evaluates a place's prompt 16 tokens a
-    step (a key waits for one step at most) but its last, a fresh evaluation in calls of 512, never fewer
-    than 16 tokens a call, and both evaluate the last token alone (``kv_cache.LAST_ALONE_FROM``): the
-    quantized target, loaded as the server loads it, then gives the same logits bit for bit."""
+    """What a rest shows is what a fresh evaluation shows: the warm-up evaluates a place's prompt in steps
+    (of 64 tokens that a key stops part-way, ``INTERRUPTIBLE_STEP``; of 16 where calls cannot stop) but its
+    last, a fresh evaluation in calls of 512, never fewer than 16 tokens a call, and both evaluate the last
+    token alone (``kv_cache.LAST_ALONE_FROM``): the quantized target, loaded as the server loads it, then
+    gives the same logits bit for bit."""
     import numpy as np
 
     need_llama_cpp()
@@ -61,8 +62,9 @@ def test_real_target_warmed_step_by_step_gives_a_fresh_evaluations_logits(real_m
         prompt = completer.tokenizer.encode((PREFIX + SUFFIX) * 4, add_special_tokens=False)[:600]
         backend.reset()
         fresh = np.asarray(CachedSequence(backend).sync(prompt, 1))[-1].copy()
-        completer.reset_caches()
-        completer.warm(prompt)  # a rest's warm-up, step by step
-        assert np.array_equal(np.asarray(completer.target.sync(prompt, 1))[-1], fresh)
+        for step in (None, 16):  # a rest's warm-up, step by step: as the server runs it, and in 16-token steps
+            completer.reset_caches()
+            completer.warm(prompt, lambda: False, step)
+            assert np.array_equal(np.asarray(completer.target.sync(prompt, 1))[-1], fresh), step
     finally:
         completer.close()

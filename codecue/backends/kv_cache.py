@@ -267,7 +267,8 @@ class CachedSequence:
     def prefill(self, tokens: Sequence[int], step: int) -> Generator[int, None, Logits]:
         """Make the cache hold ``tokens`` (no logits), evaluating what it lacks ``step`` tokens at a time:
         yields how many tokens each step evaluated, so that the caller can time steps and stop between
-        them. Stopping (closing the iterator) leaves the cache holding a prefix of ``tokens``, then the
+        them. Stopping (closing the iterator, or a step the backend stopped part-way, which raises
+        :class:`~codecue.backends.base.Interrupted`) leaves the cache holding a prefix of ``tokens``, then the
         chunks it would have shifted but did not reach, each right after the one before (the next prefill
         shifts them again)."""
         if step < 1:
@@ -318,7 +319,8 @@ class CachedSequence:
     def refresh(self, step: int) -> Generator[int, None, None]:
         """Evaluate again what the cache holds past :attr:`fresh_length`, ``step`` tokens at a time
         (yielding each step's size), so that a completion from it is the one a fresh evaluation of its
-        tokens gives. The old entries wait aside meanwhile: stopped part-way (closing the iterator), the
+        tokens gives. The old entries wait aside meanwhile: stopped part-way (closing the iterator, or
+        :class:`~codecue.backends.base.Interrupted` from a step), the
         cache holds the same tokens as before, the part evaluated again now fresh. Nothing to do where the
         backend cannot set positions aside or lacks the room for both copies: the cache stays as it is."""
         if step < 1:

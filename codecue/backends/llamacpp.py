@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from codecue.backends.base import BackendBase, Chunk, Interrupted
+from codecue.backends.kv_cache import MIN_CALL
 from codecue.errors import BackendUnavailable, ModelError
 
 INSTALL_HINT = "install it with: pip install 'codecue[llamacpp]'"
@@ -45,9 +46,10 @@ _init_lock = threading.Lock()
 _lib: ModuleType | None = None
 _log_callback: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
 _last_log_level = 0
-# Set while llama.cpp stops a call that an interruptible check asked to stop: it logs that as an error
-# (a failed graph, a failed decode), which it is not.
-_stopping = False
+# Calls llama.cpp is stopping because an interruptible check asked it to: it logs a stop as an error (a
+# failed graph, a failed decode), which it is not.
+_stopping = 0
+_stopping_lock = threading.Lock()
 
 
 def _load_lib() -> ModuleType:
@@ -183,6 +185,12 @@ class LlamaCppBackend(BackendBase):
         self._held: dict[int, int] = {}  # held chunks: position moved to -> length
         self._aside: tuple[int, int] | None = None  # positions set aside, start and end, in sequence HELD
         self._abort_check: Any = None  # the ctypes callback llama.cpp holds while calls are interruptible
+        self._stopped = False  # the check asked llama.cpp to stop the call under way
+        self._stop_error: BaseException | None = None  # ... because the check itself failed
+        # A move (llama_memory_seq_add) that llama.cpp applies at the start of the next decode.
+        self._shift_pending = False
+        # An aborted call is dropped whole only where the memory can drop a range of positions.
+        self._interruptible = not (lib.llama_model_is_recurrent(model) or lib.llama_model_is_hybrid(model))
 
     @classmethod
     def load(
@@ -288,9 +296,14 @@ class LlamaCppBackend(BackendBase):
         out = np.empty((n_logits, self._n_vocab), dtype=np.float32)
         first_output = n - n_logits
         length = self._length
+        bounds = [*range(0, n, self.n_batch), n]
+        if self._abort_check is not None and self._shift_pending and bounds[1] >= 2 * MIN_CALL:
+            # The call that applies a move runs without the check (see _decode): a short one, but of a
+            # batch's kernels (kv_cache.MIN_CALL), so that the cache is the same to the last bit.
+            bounds.insert(1, MIN_CALL)
         try:
-            for start in range(0, n, self.n_batch):
-                chunk = tokens[start : start + self.n_batch]
+            for start, end in zip(bounds, bounds[1:], strict=False):
+                chunk = tokens[start:end]
                 chunk_first_output = max(0, first_output - start)
                 rows = self._decode(chunk, chunk_first_output)
                 if rows is not None:  # rows for this chunk's positions chunk_first_output.. of it
@@ -298,8 +311,9 @@ class LlamaCppBackend(BackendBase):
                     out[row0 : row0 + rows.shape[0]] = rows
         except Interrupted:  # the chunks before the stopped one go too; what is held and set aside stays
             if self._length > length:
-                self._lib.llama_memory_seq_rm(self._memory, 0, length, -1)
-                self._length = length
+                if not self._lib.llama_memory_seq_rm(self._memory, 0, length, -1):
+                    self.reset()  # never keep a state that is unsure
+                self._length = min(self._length, length)
             raise
         return out
 
@@ -320,6 +334,7 @@ class LlamaCppBackend(BackendBase):
         self._check_open()
         self._lib.llama_memory_clear(self._memory, False)  # metadata only: cells are overwritten on reuse
         self._length = 0
+        self._shift_pending = False
         self._held = {}
         self._aside = None
 
@@ -353,6 +368,7 @@ class LlamaCppBackend(BackendBase):
         # shift is applied to the keys.
         away = self._n_ctx
         lib.llama_memory_seq_add(memory, HELD, -1, -1, away)
+        self._shift_pending = True
         for chunk in chunks:
             start = chunk.cached_at + away
             lib.llama_memory_seq_add(memory, HELD, start, start + chunk.length, chunk.moved_to - start)
@@ -368,6 +384,7 @@ class LlamaCppBackend(BackendBase):
             raise ValueError(f"no held chunk of {length} tokens at {held_at} >= {start} (held: {self._held})")
         if held_at != start:  # down into the gap before it: no other held cell lies in between
             self._lib.llama_memory_seq_add(self._memory, HELD, held_at, held_at + length, start - held_at)
+            self._shift_pending = True
         self._lib.llama_memory_seq_cp(self._memory, HELD, 0, start, start + length)
         self._lib.llama_memory_seq_rm(self._memory, HELD, start, start + length)
         del self._held[held_at]
@@ -410,22 +427,33 @@ class LlamaCppBackend(BackendBase):
 
     @property
     def can_interrupt(self) -> bool:
-        return True
+        """Not for recurrent or hybrid models, whose memory cannot drop a stopped call's positions."""
+        return self._interruptible
 
     @contextmanager
     def interruptible(self, stop: Callable[[], bool]) -> Iterator[None]:
         """Calls made within stop part-way once ``stop()`` is true (see :class:`codecue.backends.base.Backend`):
         llama.cpp asks its abort callback after each operation of the graph, the longest a matmul (~20 ms
-        for a 512-token call of the default target on 2 cores), and drops the stopped call's positions."""
+        for a 512-token call of the default target on 2 cores), and drops the stopped call's positions. A
+        ``stop`` that raises stops the call, and the call raises its exception. Nothing changes where calls
+        cannot stop part-way (:attr:`can_interrupt`)."""
         self._check_open()
+        if not self._interruptible:
+            yield
+            return
 
         def check(_data: ctypes.c_void_p) -> bool:
             global _stopping
+            if self._stopped:
+                return True
             try:
                 stopped = bool(stop())
-            except Exception:  # a check that fails stops the call: it is no longer known to be wanted
-                stopped = True
-            _stopping = _stopping or stopped
+            except BaseException as exc:  # noqa: BLE001 - raised again by the call, once llama.cpp returns
+                self._stop_error, stopped = exc, True
+            if stopped:
+                self._stopped = True
+                with _stopping_lock:
+                    _stopping += 1
             return stopped
 
         self._abort_check = self._lib.ggml_abort_callback(check)
@@ -458,13 +486,28 @@ class LlamaCppBackend(BackendBase):
             batch.seq_id[i][0] = 0
             batch.logits[i] = i >= first_output
         batch.n_tokens = n
-        global _stopping
+        # llama.cpp applies a pending move (the moved keys' rotation) at the start of a decode, under the
+        # abort callback too: stopped there, the move would stay pending and be applied again in full by
+        # the next decode, rotating the first layers twice. That call runs to its end.
+        unchecked = self._abort_check is not None and self._shift_pending
+        if unchecked:
+            lib.llama_set_abort_callback(self._ctx, lib.ggml_abort_callback(), None)
         try:
             status = lib.llama_decode(self._ctx, batch)
         finally:
-            stopped, _stopping = _stopping, False
+            if unchecked:
+                lib.llama_set_abort_callback(self._ctx, self._abort_check, None)
+            stopped, error, self._stopped, self._stop_error = self._stopped, self._stop_error, False, None
+            if stopped:
+                global _stopping
+                with _stopping_lock:
+                    _stopping -= 1
+        if status == 0:
+            self._shift_pending = False
         if status == 2 and stopped:  # llama.cpp dropped the call's positions
             self._length = pos0
+            if error is not None:
+                raise error
             raise Interrupted(f"stopped evaluating {n} tokens at {pos0}")
         if status != 0:
             # llama.cpp may have stored part of a multi-ubatch chunk; the caller truncates back.

@@ -135,7 +135,8 @@ class GenerationJob:
 
     def poll_cancelled(self) -> bool:
         """The engine's ``cancelled`` callback: called once before each round (by a model process as each
-        round's notice arrives)."""
+        round's notice arrives); a warm-up asks it between its steps, and in them where calls stop
+        part-way (the rounds counted then are not read)."""
         if self._cancel.is_set():
             return True
         self.rounds_started += 1
