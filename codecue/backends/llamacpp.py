@@ -297,7 +297,7 @@ class LlamaCppBackend(BackendBase):
         first_output = n - n_logits
         length = self._length
         bounds = [*range(0, n, self.n_batch), n]
-        if self._abort_check is not None and self._shift_pending and bounds[1] >= 2 * MIN_CALL:
+        if self._applies_move_unchecked and bounds[1] >= 2 * MIN_CALL:
             # The call that applies a move runs without the check (see _decode): a short one, but of a
             # batch's kernels (kv_cache.MIN_CALL), so that the cache is the same to the last bit.
             bounds.insert(1, MIN_CALL)
@@ -311,9 +311,10 @@ class LlamaCppBackend(BackendBase):
                     out[row0 : row0 + rows.shape[0]] = rows
         except Interrupted:  # the chunks before the stopped one go too; what is held and set aside stays
             if self._length > length:
-                if not self._lib.llama_memory_seq_rm(self._memory, 0, length, -1):
+                if self._lib.llama_memory_seq_rm(self._memory, 0, length, -1):
+                    self._length = length
+                else:
                     self.reset()  # never keep a state that is unsure
-                self._length = min(self._length, length)
             raise
         return out
 
@@ -426,6 +427,12 @@ class LlamaCppBackend(BackendBase):
         self._drop_held()
 
     @property
+    def _applies_move_unchecked(self) -> bool:
+        """Whether the next call, made where calls stop part-way, applies a pending move: it runs unchecked
+        (see :meth:`_decode`)."""
+        return self._abort_check is not None and self._shift_pending
+
+    @property
     def can_interrupt(self) -> bool:
         """Not for recurrent or hybrid models, whose memory cannot drop a stopped call's positions."""
         return self._interruptible
@@ -489,7 +496,7 @@ class LlamaCppBackend(BackendBase):
         # llama.cpp applies a pending move (the moved keys' rotation) at the start of a decode, under the
         # abort callback too: stopped there, the move would stay pending and be applied again in full by
         # the next decode, rotating the first layers twice. That call runs to its end.
-        unchecked = self._abort_check is not None and self._shift_pending
+        unchecked = self._applies_move_unchecked
         if unchecked:
             lib.llama_set_abort_callback(self._ctx, lib.ggml_abort_callback(), None)
         try:
