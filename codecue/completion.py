@@ -413,12 +413,14 @@ class Completer:
         already). A warm-up cancelled between the chunks it shifts keeps what it evaluated, and the chunks
         it did not reach right after it (:meth:`CachedSequence.prefill`).
 
-        ``fresh``: then evaluate again what the caches kept by shifting (:meth:`CachedSequence.refresh`;
-        the target's first, then the draft's, whose guesses make the target's rounds), so that a request
-        here decodes what a fresh evaluation of its prompt gives. Cancelled part-way, the cache keeps the
-        old entries of what was not reached; what it evaluates is not in the count returned. The prompt's
-        last token is left to the request, which evaluates it alone for its logits
-        (:data:`~codecue.backends.kv_cache.LAST_ALONE_FROM`).
+        ``fresh``: so that a request here decodes what a fresh evaluation of its prompt gives (the target's
+        cache first, then the draft's, whose guesses make the target's rounds). Where the backend saves
+        caches, the prompt is evaluated as into an empty cache, what the cache held saved aside
+        (:meth:`CachedSequence.prefill` with ``exact``: to the last bit; a request during it loads the saved
+        cache back); elsewhere what the cache kept by shifting is evaluated again
+        (:meth:`CachedSequence.refresh`; cancelled part-way, the cache keeps the old entries of what was not
+        reached, and what it evaluates is not in the count returned). The prompt's last token is left to
+        the request, which evaluates it alone for its logits (:data:`~codecue.backends.kv_cache.LAST_ALONE_FROM`).
 
         ``with_draft`` False: the target's cache only (where no request drafts, the K authority's ceiling
         0, the draft's cache is never read)."""
@@ -433,19 +435,24 @@ class Completer:
                 return step
             return INTERRUPTIBLE_STEP if interruptible(seq) else WARM_STEP
 
+        def stages_for(seq: CachedSequence) -> list[tuple[CachedSequence, str]]:
+            if not fresh:
+                return [(seq, "prefill")]
+            # Where the backend saves caches, evaluated from an empty one (what it held saved aside): to the
+            # last bit; elsewhere shifted and then evaluated again past the shifted chunks.
+            return [(seq, "exact")] if seq.saves else [(seq, "prefill"), (seq, "refresh")]
+
         fed = 0
         prompt = prompt[:-1]
         with self.lock:
-            stages = [(self.target, False)]  # each cache, and whether to refresh it
-            if fresh:  # before the draft: a request that stops the draft's part decodes the fresh answer
-                stages.append((self.target, True))
+            # The target's first: a request that stops the draft's part decodes the fresh answer.
+            stages = stages_for(self.target)
             if self.draft is not None and with_draft:  # it only makes decoding faster; a lagging one is skipped
-                stages.append((self.draft, False))
-                if fresh:  # its guesses make the target's rounds: as a fresh evaluation's, to the last bit
-                    stages.append((self.draft, True))
-            for number, (seq, refresh) in enumerate(stages):
+                # Fresh too: its guesses make the target's rounds, as a fresh evaluation's to the last bit.
+                stages += stages_for(self.draft)
+            for number, (seq, stage) in enumerate(stages):
                 size = steps_for(seq)
-                steps = seq.refresh(size) if refresh else seq.prefill(prompt, size)
+                steps = seq.refresh(size) if stage == "refresh" else seq.prefill(prompt, size, exact=stage == "exact")
                 try:
                     with seq.backend.interruptible(stopped) if interruptible(seq) else nullcontext():
                         while not stopped():

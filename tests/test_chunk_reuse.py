@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -690,6 +691,116 @@ def test_greedy_decoding_after_a_refresh_equals_it_after_a_fresh_evaluation(back
     assert _generate(seq, None, after, 0, tokenizer).tokens == expected
 
 
+# -- (f2) an exact prefill: evaluated as into an empty cache, what the cache held saved aside ----------------
+
+
+def _replayed(reference: LlamaCppBackend, *syncs: list[int], truncate: int | None = None) -> CachedSequence:
+    """A cache over ``reference``, emptied, that synced to each of ``syncs`` (the same calls as the cache
+    under test, with nothing else ever in the backend), then truncated to ``truncate``."""
+    reference.reset()
+    seq = CachedSequence(reference)
+    for tokens in syncs:
+        seq.sync(tokens, 1)
+    if truncate is not None:
+        seq.truncate(truncate)
+    return seq
+
+
+@needs_llama_cpp
+def test_an_exact_prefill_after_a_shift_is_a_fresh_evaluation_to_the_last_bit(backends, monkeypatch) -> None:
+    """A refresh evaluates the stale part again while the old entries lie among the new ones, which comes
+    within rounding of a fresh evaluation; an exact prefill evaluates from the prefix held exactly with
+    nothing else in the cache, and its logits are a fresh evaluation's, bit for bit. What the cache held is
+    saved aside, not lost."""
+    target = backends["target"]
+    new = EDITS["insertion"]
+    seq = _holding(target, OLD)
+    seq.sync(new, 1)
+    assert seq.exact_length == 80 and seq.fresh_length == 94  # the inserted tokens, evaluated beside a held chunk
+    shifted = list(seq.tokens)
+    decoded = count_decodes(target, monkeypatch)
+    steps = list(seq.prefill(new, 16, exact=True))
+    assert sum(decoded) == sum(steps) == len(new) - 80
+    assert seq.tokens == new and seq.exact_length == len(new) and held_positions(target) == (len(new) - 1, -1)
+    assert [saved.tokens for saved in seq.saved] == [shifted]
+    decoded.clear()
+    assert list(seq.prefill(new, 16, exact=True)) == [] and decoded == []  # exact already: nothing to do
+    # The same calls (call sizes round differently on the tiny model, not on the real pair) into a cache
+    # that never held anything else.
+    reference = _replayed(backends["reference"], OLD, truncate=80)
+    list(reference.prefill(new, 16))
+    assert same(seq.sync(new, 4), reference.sync(new, 4))
+    # Those 4 evaluated again by one call, of other kernels: from the last multiple of 16 again.
+    assert seq.exact_length == len(new) - 4 and list(seq.prefill(new, 16, exact=True)) == [len(new) - 416]
+
+
+@needs_llama_cpp
+def test_a_sync_loads_the_saved_cache_that_holds_more_and_saves_the_one_in_use(backends, monkeypatch) -> None:
+    target = backends["target"]
+    other = random_tokens(300, 9)
+    seq = _holding(target, OLD)
+    assert seq.save() and [saved.tokens for saved in seq.saved] == [OLD]
+    seq.sync(other, 1)  # another place: nothing of OLD is used, the saved copy stays
+    assert seq.uncached(OLD + [7, 8]) == 2
+    decoded = count_decodes(target, monkeypatch)
+    rows = seq.sync(OLD + [7, 8], 2)
+    assert decoded == [2] and seq.loaded_tokens == len(OLD)
+    assert [saved.tokens for saved in seq.saved] == [other]  # the one in use went aside in turn
+    assert seq.fresh_length == len(OLD) + 2 and seq.exact_length == len(OLD) - 1  # the last alone: another kernel
+    reference = _replayed(backends["reference"], OLD)
+    assert same(rows, reference.sync(OLD + [7, 8], 2))  # laid out as where it was evaluated
+    seq.sync(other + [5], 1)  # and back
+    assert seq.loaded_tokens == len(OLD) + len(other) and [saved.tokens for saved in seq.saved] == [OLD + [7, 8]]
+    seq.reset()
+    assert seq.saved == [] and seq.uncached(OLD) == len(OLD)
+
+
+@needs_llama_cpp
+def test_saved_caches_are_few_and_a_longer_copy_replaces_its_prefix(backends) -> None:
+    from codecue.backends.kv_cache import SAVED_CACHES
+
+    seq = _holding(backends["target"], OLD[:100])
+    seq.save()
+    seq.sync(OLD[:200], 1)
+    seq.save()  # holds the first copy's tokens: that one goes
+    assert [len(saved.tokens) for saved in seq.saved] == [200]
+    for n in range(SAVED_CACHES + 1):
+        seq.sync(random_tokens(50, 20 + n), 1)
+        seq.save()
+    assert len(seq.saved) == SAVED_CACHES and seq.saved[0].tokens == seq.tokens
+
+
+@needs_llama_cpp
+def test_nothing_is_saved_while_a_move_is_pending_and_a_failed_load_leaves_an_empty_cache(
+        backends, monkeypatch) -> None:
+    target = backends["target"]
+    new = OLD[:80] + random_tokens(40, 6) + OLD[90:]
+    seq = _holding(target, OLD)
+    steps = seq.prefill(new, 16)
+    assert next(steps) == 16
+    steps.close()  # stopped before the chunk: moved down after what was evaluated, the move not yet applied
+    assert target.save_state() is None and not seq.save()
+    seq.sync(new, 1)  # the next call applies it
+    assert seq.save()
+    monkeypatch.setattr(target, "load_state", lambda state: False)
+    seq.sync(random_tokens(64, 30), 1)
+    seq.sync(new + [4], 1)  # the saved copy holds more, but does not load: evaluated from empty
+    assert seq.loaded_tokens == 0 and seq.tokens == new + [4] and seq.exact_length == len(new)
+    assert same(seq.sync(new + [4], 1), _replayed(backends["reference"], new + [4]).sync(new + [4], 1))
+
+
+def test_an_exact_prefill_where_the_backend_cannot_save_evaluates_from_the_exact_prefix(tmp_path: Path) -> None:
+    from codecue.backends.torch_backend import TorchBackend
+    from harness.tiny_models import build_tiny_model_dir
+
+    backend = TorchBackend.from_pretrained(build_tiny_model_dir(tmp_path / "tiny", seed=0), dtype="float32")
+    seq = CachedSequence(backend)
+    seq.sync(OLD[:60], 1)
+    assert not backend.can_save and not seq.save()
+    assert sum(seq.prefill(OLD[:40] + [3] * 30, 16, exact=True)) == 38  # from 32: a multiple of 16
+    assert seq.tokens == OLD[:40] + [3] * 30 and seq.saved == [] and seq.exact_length == 70
+
+
 # -- (g) a call stopped part-way: a warm-up that a keystroke does not wait for ------------------------------
 
 
@@ -957,22 +1068,39 @@ def test_the_completer_setting_turns_chunk_reuse_on_and_off_per_request(ggufs, t
 
 
 @needs_llama_cpp
-def test_a_fresh_warm_up_refreshes_the_target_and_gives_way_to_a_request(ggufs, tokenizer) -> None:
+def test_a_fresh_warm_up_evaluates_as_from_an_empty_cache_and_a_request_loads_what_it_held(ggufs, tokenizer) -> None:
+    """A rest's warm-up (``fresh``) on a cache that shifted: what the cache held is saved aside, and the
+    prompt is evaluated from the prefix held exactly. A request during it loads the saved cache back (its
+    tokens evaluated already); the next rest loads the part evaluated exactly and goes on from there, and
+    ends with a fresh evaluation's logits (bit for bit where the calls are the same: the exact prefill's test
+    above; on the real pair whatever the calls, tests/test_real_pair.py)."""
     from codecue.completion import INTERRUPTIBLE_STEP, Completer
 
     target = llamacpp.LlamaCppBackend.load(ggufs["target"], n_ctx=N_CTX)
     try:
         completer = Completer(tokenizer, target, None, DecodingSettings(draft_mode="ngram", first_text_ms=0))
+        seq = completer.target
         text, later = source(), edited(source(), at=0.5)
         completer.warm_context(text, "\n")
         completer.warm_context(later, "\n")  # a warm-up shifts
-        held, fresh = list(completer.target.tokens), completer.target.fresh_length
-        assert fresh < 0.7 * len(held)
-        # A request comes after one refresh step.
-        completer.warm_context(later, "\n", fresh=True, cancelled=lambda: completer.target.fresh_length > fresh)
-        assert completer.target.tokens == held and completer.target.fresh_length == fresh + INTERRUPTIBLE_STEP
+        held, exact = list(seq.tokens), seq.exact_length
+        assert seq.shifted_tokens > 0 and exact < 0.7 * len(held)
+        # A request comes after one step.
+        completer.warm_context(later, "\n", fresh=True, cancelled=lambda: seq.exact_length > exact)
+        start = exact - exact % 16  # an exact evaluation starts where calls would
+        assert seq.tokens == held[: start + INTERRUPTIBLE_STEP] and seq.exact_length == len(seq.tokens)
+        assert [saved.tokens for saved in seq.saved] == [held]
+        prompt = completer.build_prompt(later, "\n", full=True)
+        assert prompt[:-1] == held and seq.uncached(prompt) == 1  # the saved cache counts
+        result = completer.generate_ids(prompt, max_tokens=2, k=0)
+        assert result.stats.prefilled_tokens == 1 and seq.loaded_tokens == len(held)
+        assert [saved.tokens for saved in seq.saved] == [held[: start + INTERRUPTIBLE_STEP]]
         completer.warm_context(later, "\n", fresh=True)  # idle again: it goes on, to the end
-        assert completer.target.tokens == held and completer.target.fresh_length == len(held)
+        assert seq.tokens == held and seq.exact_length == len(held)
+        assert seq.loaded_tokens == len(held) + start + INTERRUPTIBLE_STEP
+        rested = np.asarray(seq.sync(prompt, 1)).copy()
+        seq.reset()
+        assert_close(rested, seq.sync(prompt, 1), atol=NOISE, rtol=0)
     finally:
         target.close()
 
@@ -1030,6 +1158,42 @@ def test_a_long_prompt_is_evaluated_with_its_last_token_alone_as_after_a_rest(ba
     del calls[:]
     rested.sync(prompt + prompt[5 : 5 + LAST_ALONE_FROM - 1], 1)
     assert calls == [LAST_ALONE_FROM - 1]
+
+
+class RecordingBackend:
+    """A backend that records its calls' sizes (logits: zeros), for the shape of an evaluation's calls."""
+
+    name = "recording"
+    vocab_size = 8
+    max_length = 4096
+
+    def __init__(self) -> None:
+        self.length, self.calls = 0, []
+
+    def forward(self, tokens, n_logits=None):
+        self.calls.append(len(tokens))
+        self.length += len(tokens)
+        return np.zeros((len(tokens) if n_logits is None else n_logits, 8), dtype=np.float32)
+
+    def truncate(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+    def reset(self) -> None:
+        self.length = 0
+
+
+@pytest.mark.parametrize(("length", "calls"), [(1030, [512, 256, 261, 1]), (1040, [512, 256, 271, 1]),
+                                               (530, [512, 17, 1]), (600, [512, 87, 1])])
+def test_a_fresh_evaluations_calls_but_its_last_are_multiples_of_16(length: int, calls: list[int]) -> None:
+    """A batch kernel takes a call's rows in groups and the rows left over by a one-row kernel: calls that
+    end at a multiple of 16 give each position the kernel it gets in a rest's steps (of 16 or 64)."""
+    backend = RecordingBackend()
+    CachedSequence(backend).sync(list(range(10, 10 + length)), 1)
+    assert backend.calls == calls
+    rested = RecordingBackend()
+    list(CachedSequence(rested).prefill(list(range(10, 10 + length - 1)), 64, exact=True))
+    assert all(call % 16 == 0 for call in rested.calls[:-1])
+    assert rested.calls[-1] % 16 == (length - 1) % 16 == calls[-2] % 16
 
 
 def test_the_setting_is_checked_and_travels_as_a_flag_and_a_wire_field() -> None:

@@ -1,5 +1,6 @@
 """Short integration tests on the real default pair: speculative greedy == target-only greedy; a prompt
-evaluated step by step (a rest's warm-up) gives the logits of one evaluated fresh, bit for bit."""
+evaluated step by step (a rest's warm-up), and after a jump's window, gives the logits of one evaluated fresh,
+bit for bit."""
 
 from __future__ import annotations
 
@@ -59,12 +60,51 @@ def test_real_target_warmed_step_by_step_gives_a_fresh_evaluations_logits(real_m
     completer = load_completer(CompletionConfig())
     try:
         backend = completer.target.backend
-        prompt = completer.tokenizer.encode((PREFIX + SUFFIX) * 4, add_special_tokens=False)[:600]
-        backend.reset()
-        fresh = np.asarray(CachedSequence(backend).sync(prompt, 1))[-1].copy()
-        for step in (None, 16):  # a rest's warm-up, step by step: as the server runs it, and in 16-token steps
-            completer.reset_caches()
-            completer.warm(prompt, lambda: False, step)
-            assert np.array_equal(np.asarray(completer.target.sync(prompt, 1))[-1], fresh), step
+        text = completer.tokenizer.encode((PREFIX + SUFFIX) * 8, add_special_tokens=False)
+        for length in (600, 1030):  # 1030: a fresh evaluation's calls of 512, 256 and 261 tokens
+            prompt = text[:length]
+            backend.reset()
+            fresh = np.asarray(CachedSequence(backend).sync(prompt, 1))[-1].copy()
+            for step in (None, 16):  # a rest's warm-up, step by step: as the server runs it, and in 16-token steps
+                completer.reset_caches()
+                completer.warm(prompt, lambda: False, step)
+                assert np.array_equal(np.asarray(completer.target.sync(prompt, 1))[-1], fresh), (length, step)
+    finally:
+        completer.close()
+
+
+def test_real_target_after_a_rest_past_a_jumps_window_gives_a_fresh_evaluations_logits(real_models):
+    """The acceptance case: a jump's short window evaluated first, then the rest's full prompt (``fresh``),
+    stopped once by a request that uses the window (it loads the window back), then again to its end:
+    the target's logits are a fresh evaluation's bit for bit. Evaluated beside the window's entries, with
+    the window's runs shifted in and refreshed, they part in the last bits."""
+    import numpy as np
+
+    need_llama_cpp()
+    from codecue.backends import CachedSequence
+    from codecue.models.config import CompletionConfig
+    from codecue.server.worker.model_worker import load_completer
+
+    body = "".join(f"def handler_{i}(request, limit={i * 7}):\n    items = fetch(request, 'kind_{i}')\n"
+                   f"    return [x for x in items if x.size < limit]\n\n\n" for i in range(24))
+    prefix, suffix = PREFIX + body + "def handler_last(request):\n    ", "\n" + SUFFIX + body
+    completer = load_completer(CompletionConfig())
+    try:
+        seq = completer.target
+        full = completer.build_prompt(prefix, suffix, full=True)
+        seq.backend.reset()
+        fresh = np.asarray(CachedSequence(seq.backend).sync(full, 1))[-1].copy()
+        completer.reset_caches()
+        completer.prefill_ms_per_token = 15.0  # the window a jump gets where 1.5 s affords 100 tokens
+        completer.warm_context(prefix, suffix, within_ms=1500, cancelled=lambda: False)
+        window = list(seq.tokens)
+        assert len(window) < len(full) / 2
+        completer.warm_context(prefix, suffix, fresh=True, cancelled=lambda: len(seq.tokens) > len(full) / 2)
+        assert [saved.tokens for saved in seq.saved] == [window]
+        key = completer.build_prompt(prefix, suffix)  # a request there: the window, loaded back
+        assert completer.generate_ids(key, max_tokens=1, k=0).stats.prefilled_tokens <= 1
+        completer.warm_context(prefix, suffix, fresh=True, cancelled=lambda: False)
+        assert seq.exact_length == len(full) - 1
+        assert np.array_equal(np.asarray(seq.sync(full, 1))[-1], fresh)
     finally:
         completer.close()

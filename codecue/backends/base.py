@@ -60,6 +60,12 @@ class Backend(Protocol):
     keystroke should not wait for): within it, a ``forward`` during which ``stop()`` becomes true raises
     :class:`Interrupted` and leaves the backend as it was before that call, what is held and set aside
     included. Elsewhere ``interruptible`` does nothing, and a call runs to its end.
+
+    ``can_save`` with ``save_state()`` and ``load_state(state)`` (keep a cache aside in host memory while
+    another is evaluated: :meth:`CachedSequence.prefill` with ``exact``): ``save_state()`` returns the
+    sequence's entries as an opaque value (None where it cannot now), the cache unchanged;
+    ``load_state(state)`` drops everything the cache holds (held and set aside included) and holds what was
+    saved, laid out as where it was evaluated into an empty cache; False (an empty cache) where it fails.
     """
 
     name: str
@@ -100,6 +106,13 @@ class Backend(Protocol):
     def can_interrupt(self) -> bool: ...
 
     def interruptible(self, stop: Callable[[], bool]) -> AbstractContextManager[None]: ...
+
+    @property
+    def can_save(self) -> bool: ...
+
+    def save_state(self) -> object | None: ...
+
+    def load_state(self, state: object) -> bool: ...
 
     def close(self) -> None: ...
 
@@ -239,6 +252,19 @@ class BackendBase(ABC):
     def interruptible(self, stop: Callable[[], bool]) -> AbstractContextManager[None]:
         """See :class:`Backend`; where a call cannot stop part-way (the default), nothing: it runs to its end."""
         return nullcontext()
+
+    @property
+    def can_save(self) -> bool:
+        """Whether the cache can be saved aside and loaded back (:meth:`save_state`); not by default."""
+        return False
+
+    def save_state(self) -> object | None:
+        """See :class:`Backend`; only where ``can_save``."""
+        raise NotImplementedError(f"the {self.name} backend cannot save its cache")
+
+    def load_state(self, state: object) -> bool:
+        """See :class:`Backend`; only where ``can_save``."""
+        raise NotImplementedError(f"the {self.name} backend cannot save its cache")
 
     def close(self) -> None:
         """Free what the backend holds outside Python's heap; nothing to do by default."""

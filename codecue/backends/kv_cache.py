@@ -8,7 +8,8 @@ reappear further on (:func:`reuse_plan`). Cache reuse therefore lives once, here
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from codecue.backends.base import Backend, Chunk, Interrupted, is_numpy
 
@@ -58,8 +59,29 @@ LAST_ALONE_FROM = 64
 
 #: Calls of fewer tokens than this compute by other kernels than a batch's (the last bits differ; llama.cpp
 #: on CPUs, 2-4 tokens): a long evaluation's calls never leave fewer at its end (the step before takes
-#: them), so that evaluating a prompt in steps (a warm-up) and at once gives the same cache.
+#: them), so that evaluating a prompt in steps (a warm-up) and at once gives the same cache. Within a call,
+#: a batch kernel also takes the rows in groups (of 4 on llama.cpp's repacked CPU layouts) and the rows
+#: left over by a one-row kernel, so a position's last bits depend on where its call ends: a long
+#: evaluation's calls but its last are multiples of this, and an exact prefill starts at one
+#: (:meth:`CachedSequence.prefill`), which gives every position the kernel a fresh evaluation gives it.
 MIN_CALL = 16
+
+
+#: How many caches a :class:`CachedSequence` keeps saved beside the one in use (the most recently used;
+#: each is its tokens' entries in host memory, ~28 kB a token for the default target): a place's short
+#: window and its full prompt, the two a rest and the keys typed during it go between.
+SAVED_CACHES = 2
+
+
+def exact_prefix(cached: list[int], exact_length: int, tokens: list[int]) -> int:
+    """How much of ``cached`` (of which ``exact_length`` first positions were evaluated exactly) an exact
+    evaluation of ``tokens`` keeps: all where it holds exactly ``tokens``, else the common prefix held
+    exactly, down to a multiple of :data:`MIN_CALL` (the last call's last rows may have been computed by
+    the one-row kernel, which a fresh evaluation of longer tokens does not use there)."""
+    if cached == tokens and exact_length >= len(tokens):
+        return len(tokens)
+    length = min(common_prefix_length(cached, tokens), exact_length)
+    return length - length % MIN_CALL
 
 
 def reuse_plan(cached: Sequence[int], tokens: Sequence[int], start: int, end: int, min_chunk: int,
@@ -190,6 +212,17 @@ def _finish(steps: Generator[int, None, Logits]) -> Logits:
             return done.value
 
 
+@dataclass
+class SavedCache:
+    """A cache's tokens and entries saved aside (:meth:`Backend.save_state`), with how many first positions
+    held what a fresh evaluation gives (:attr:`CachedSequence.fresh_length`, :attr:`~CachedSequence.exact_length`)."""
+
+    tokens: list[int]
+    fresh_length: int
+    exact_length: int
+    state: Any
+
+
 class CachedSequence:
     """The token ids held in a backend's KV cache, with cache reuse.
 
@@ -208,7 +241,16 @@ class CachedSequence:
 
     ``fresh_length``: how many first positions hold what evaluating the tokens into an empty cache would
     (up to the rounding of other call sizes): none kept by shifting, none evaluated after one.
-    :meth:`refresh` evaluates the rest again.
+    :meth:`refresh` evaluates the rest again. ``exact_length`` (at most ``fresh_length``): how many hold it
+    to the last bit, evaluated while the backend held nothing else (no chunk, nothing set aside: where
+    other entries lie among a sequence's own, a CPU sums its attention in another order) in calls as a
+    fresh evaluation makes them (:data:`MIN_CALL`); a longer prompt keeps them but the last call's rows
+    (:func:`exact_prefix`).
+
+    On a backend that saves its cache (``can_save``), an exact prefill (:meth:`prefill`) saves what the
+    cache held before evaluating the prompt from an empty one, and a sync loads a saved cache back where it
+    holds more of the new tokens than the cache in use (the one in use is saved in turn): at most
+    :data:`SAVED_CACHES`, the most recently used.
 
     Counters (totals since creation): ``fed_tokens`` evaluated, ``reused_tokens`` kept from the cache
     (prefix and chunks), ``shifted_tokens`` of those kept by shifting.
@@ -224,7 +266,11 @@ class CachedSequence:
         self.fed_tokens = 0  # how many tokens were evaluated in total: a measure of reuse
         self.reused_tokens = 0
         self.shifted_tokens = 0
+        self.loaded_tokens = 0  # tokens whose entries a saved cache brought back
         self.fresh_length = 0
+        self.exact_length = 0
+        self.saved: list[SavedCache] = []  # most recently used first
+        self._holding = False  # chunks held or positions set aside while evaluating: not exact
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -235,45 +281,125 @@ class CachedSequence:
         backend that does not declare ``can_shift`` cannot."""
         return self.min_chunk > 0 and bool(getattr(self.backend, "can_shift", False))
 
+    @property
+    def saves(self) -> bool:
+        """Whether the backend saves its cache aside and loads it back (``can_save``)."""
+        return bool(getattr(self.backend, "can_save", False))
+
     def reset(self) -> None:
+        """Empty the cache; the saved caches go too."""
         self.backend.reset()
         self.tokens = []
-        self.fresh_length = 0
+        self.fresh_length = self.exact_length = 0
+        self.saved = []
 
     def truncate(self, length: int) -> None:
         if length < len(self.tokens):
             self.backend.truncate(length)
             del self.tokens[length:]
             self.fresh_length = min(self.fresh_length, length)
+            self.exact_length = min(self.exact_length, length)
 
     def plan(self, tokens: Sequence[int], n_logits: int = 0) -> tuple[int, list[Chunk]]:
-        """What a sync to ``tokens`` keeps: the common prefix's length, and the chunks moved after it."""
-        tokens = list(tokens)
-        keep = min(common_prefix_length(self.tokens, tokens), len(tokens) - n_logits)
+        """What a sync to ``tokens`` keeps of the cache in use: the common prefix's length, and the chunks
+        moved after it."""
+        return self._plan(self.tokens, list(tokens), n_logits)
+
+    def _plan(self, cached: list[int], tokens: list[int], n_logits: int) -> tuple[int, list[Chunk]]:
+        keep = min(common_prefix_length(cached, tokens), len(tokens) - n_logits)
         if not self.shifts:
             return keep, []
-        return keep, reuse_plan(self.tokens, tokens, keep, len(tokens) - n_logits, self.min_chunk, self.marks)
+        return keep, reuse_plan(cached, tokens, keep, len(tokens) - n_logits, self.min_chunk, self.marks)
 
     def uncached(self, tokens: Sequence[int]) -> int:
-        """How many tokens of ``tokens`` a sync would evaluate (the cache holds the rest)."""
-        keep, chunks = self.plan(tokens)
-        return len(tokens) - keep - sum(chunk.length for chunk in chunks)
+        """How many tokens of ``tokens`` a sync would evaluate (the cache in use, or a saved one it would
+        load, holds the rest)."""
+        tokens = list(tokens)
+        return len(tokens) - max(self._reuse(cached, tokens, 0) for cached in self._candidates())
+
+    def _candidates(self) -> list[list[int]]:
+        return [self.tokens, *(saved.tokens for saved in self.saved)]
+
+    def _reuse(self, cached: list[int], tokens: list[int], n_logits: int) -> int:
+        keep, chunks = self._plan(cached, tokens, n_logits)
+        return keep + sum(chunk.length for chunk in chunks)
+
+    def save(self) -> bool:
+        """Save the cache in use aside (it stays in use), first among :attr:`saved`; False where there is
+        nothing to save or the backend cannot now. A saved cache whose tokens this one starts with goes."""
+        if not self.tokens or not self.saves:
+            return False
+        state = self.backend.save_state()
+        if state is None:
+            return False
+        kept = [saved for saved in self.saved if saved.tokens != self.tokens[: len(saved.tokens)]]
+        self.saved = [SavedCache(list(self.tokens), self.fresh_length, self.exact_length, state),
+                      *kept][:SAVED_CACHES]
+        return True
+
+    def _load(self, saved: SavedCache) -> None:
+        """Put ``saved`` in use in place of the cache in use (saved first where the backend can); a load
+        that fails leaves an empty cache."""
+        self.saved.remove(saved)
+        self.save()
+        if not self.backend.load_state(saved.state):
+            self.reset()
+            return
+        self.tokens = list(saved.tokens)
+        self.fresh_length, self.exact_length = saved.fresh_length, saved.exact_length
+        self.loaded_tokens += len(saved.tokens)
+
+    def _load_best(self, tokens: list[int], n_logits: int, exact: bool) -> None:
+        """Load the saved cache that holds more of ``tokens`` than the one in use, if one does: counting
+        the chunks it would shift, or with ``exact`` only the common prefix it holds exactly."""
+        def held(cached: list[int], exact_length: int) -> int:
+            if exact:
+                return min(exact_prefix(cached, exact_length, tokens), len(tokens) - n_logits)
+            return self._reuse(cached, tokens, n_logits)
+
+        best, most = None, held(self.tokens, self.exact_length)
+        for saved in self.saved:
+            if (count := held(saved.tokens, saved.exact_length)) > most:
+                best, most = saved, count
+        if best is not None:
+            self._load(best)
 
     def sync(self, tokens: Sequence[int], n_logits: int = 1) -> Logits:
         if n_logits < 1 or n_logits > len(tokens):
             raise ValueError(f"n_logits must be in 1..{len(tokens)}, got {n_logits}")
         return _finish(self._feed(tokens, n_logits, None))
 
-    def prefill(self, tokens: Sequence[int], step: int) -> Generator[int, None, Logits]:
+    def prefill(self, tokens: Sequence[int], step: int, *, exact: bool = False) -> Generator[int, None, Logits]:
         """Make the cache hold ``tokens`` (no logits), evaluating what it lacks ``step`` tokens at a time:
         yields how many tokens each step evaluated, so that the caller can time steps and stop between
         them. Stopping (closing the iterator, or a step the backend stopped part-way, which raises
         :class:`~codecue.backends.base.Interrupted`) leaves the cache holding a prefix of ``tokens``, then the
         chunks it would have shifted but did not reach, each right after the one before (the next prefill
-        shifts them again)."""
+        shifts them again).
+
+        ``exact``: the cache then holds what evaluating ``tokens`` into an empty cache gives, to the last bit
+        (:attr:`exact_length`): it keeps only the prefix it holds exactly, from itself or a saved cache, to
+        a multiple of :data:`MIN_CALL`, shifts nothing, and evaluates the rest with nothing else in the
+        backend. What it held beyond that
+        prefix is saved first where the backend can (:meth:`save`): a request during the evaluation loads it
+        back. Stopped, the cache holds the prefix evaluated so far."""
         if step < 1:
             raise ValueError(f"step must be >= 1, got {step}")
-        return self._feed(tokens, 0, step)
+        return self._feed_exact(tokens, step) if exact else self._feed(tokens, 0, step)
+
+    def _feed_exact(self, tokens: Sequence[int], step: int) -> Generator[int, None, Logits]:
+        tokens = [int(t) for t in tokens]
+        if len(tokens) > self.backend.max_length:
+            raise ValueError(f"sequence of {len(tokens)} tokens exceeds the context of {self.backend.max_length}")
+        if self.backend.length != len(self.tokens):
+            self.reset()
+        self._load_best(tokens, 0, exact=True)
+        keep = exact_prefix(self.tokens, self.exact_length, tokens)
+        if keep < len(self.tokens):
+            self.save()
+        self.truncate(keep)
+        self.reused_tokens += keep
+        return (yield from self._evaluate(tokens[keep:], 0, step))
 
     def _feed(self, tokens: Sequence[int], n_logits: int, step: int | None) -> Generator[int, None, Logits]:
         tokens = [int(t) for t in tokens]
@@ -281,9 +407,12 @@ class CachedSequence:
             raise ValueError(f"sequence of {len(tokens)} tokens exceeds the context of {self.backend.max_length}")
         if self.backend.length != len(self.tokens):  # a backend that lost its cache (e.g. after an error)
             self.reset()
+        if self.saved:
+            self._load_best(tokens, n_logits, exact=False)
         keep, chunks = self.plan(tokens, n_logits)
         self.reused_tokens += keep
         self.fresh_length = min(self.fresh_length, keep)
+        self.exact_length = min(self.exact_length, keep)
         if chunks:
             self.backend.hold_chunks(keep, chunks)
             del self.tokens[keep:]
@@ -293,6 +422,7 @@ class CachedSequence:
             self.reset()
             keep, chunks = 0, []
         at, placed = keep, 0
+        self._holding = bool(chunks)
         try:
             for chunk in chunks:
                 yield from self._evaluate(tokens[at : chunk.moved_to], 0, step)
@@ -314,6 +444,8 @@ class CachedSequence:
         except BaseException:  # an error: drop the chunks still held
             self.backend.truncate(len(self.tokens))
             raise
+        finally:
+            self._holding = False
         return (yield from self._evaluate(tokens[at:], n_logits, step))
 
     def refresh(self, step: int) -> Generator[int, None, None]:
@@ -334,12 +466,23 @@ class CachedSequence:
             self.reset()
             return
         del self.tokens[start:]
+        self._holding = True
         try:
             yield from self._evaluate(tokens[start:], 0, step)
         finally:
+            self._holding = False
             # Complete, this only drops the old entries; a failed evaluation dropped them already.
             self.backend.restore_aside()
             self.tokens.extend(tokens[len(self.tokens) : self.backend.length])
+
+    def _extends_exactly(self, call: int) -> bool:
+        """Whether a call of ``call`` tokens at the end of the cache evaluates them as a fresh evaluation
+        does: after positions evaluated so, with nothing else in the backend, by a batch's kernels
+        (:data:`MIN_CALL`), from a multiple of it (only then did the call before end where a fresh
+        evaluation's does not, its rows all computed alike)."""
+        length = len(self.tokens)
+        return (self.exact_length == length and not self._holding and call >= MIN_CALL
+                and length % MIN_CALL == 0)
 
     def extend(self, new_tokens: Sequence[int], n_logits: int | None = None) -> Logits:
         """Feed ``new_tokens`` (in chunks for long prefills) and return the last ``n_logits`` rows."""
@@ -358,7 +501,8 @@ class CachedSequence:
             if bounds[-1] - bounds[-3] <= self.prefill_chunk:
                 del bounds[-2]
             else:
-                bounds[-2] = (bounds[-3] + bounds[-1]) // 2
+                half = (bounds[-1] - bounds[-3]) // 2
+                bounds[-2] = bounds[-3] + (half - half % MIN_CALL or half)
         if alone:
             bounds.append(len(new_tokens))
         rows: list[Logits] = []
@@ -376,6 +520,8 @@ class CachedSequence:
                 raise
             if self.fresh_length == len(self.tokens):
                 self.fresh_length += len(chunk)
+            if self._extends_exactly(len(chunk)):
+                self.exact_length += len(chunk)
             self.tokens.extend(chunk)
             self.fed_tokens += len(chunk)
             if wanted:

@@ -24,6 +24,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -145,6 +146,18 @@ def attention_shape(lib: ModuleType, model: Any) -> str:
     keys = [f"{arch}.{k}" for k in ("block_count", "embedding_length", "attention.head_count",
                                     "attention.head_count_kv", "attention.key_length")]
     return " ".join(f"{k}={value(k)}" for k in keys)
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """Sequence 0's entries as llama.cpp writes them (:meth:`LlamaCppBackend.save_state`), and its length."""
+
+    length: int
+    data: Any  # a ctypes byte array
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
 
 
 class LlamaCppBackend(BackendBase):
@@ -471,6 +484,38 @@ class LlamaCppBackend(BackendBase):
             if not self._closed:
                 self._lib.llama_set_abort_callback(self._ctx, self._lib.ggml_abort_callback(), None)
             self._abort_check = None
+
+    @property
+    def can_save(self) -> bool:
+        return True
+
+    def save_state(self) -> SavedState | None:
+        """Sequence 0's entries, copied to host memory (``llama_state_seq_get_data``); None while a move is
+        pending: llama.cpp rotates the moved keys at the next call, and a copy taken before would keep them
+        unrotated at their new positions."""
+        self._check_open()
+        if self._shift_pending:
+            return None
+        lib = self._lib
+        size = int(lib.llama_state_seq_get_size(self._ctx, 0))
+        buffer = (ctypes.c_uint8 * size)()
+        if size == 0 or int(lib.llama_state_seq_get_data(self._ctx, buffer, size, 0)) != size:
+            return None
+        return SavedState(self._length, buffer)
+
+    def load_state(self, state: object) -> bool:
+        """Empty the cache and load ``state`` (``llama_state_seq_set_data``): into an empty memory its cells
+        lie in order from the first, as where its tokens were evaluated there."""
+        self._check_open()
+        if not isinstance(state, SavedState):
+            raise TypeError(f"not a saved llama.cpp state: {type(state).__name__}")
+        self.reset()
+        size = len(state.data)
+        if int(self._lib.llama_state_seq_set_data(self._ctx, state.data, size, 0)) != size:
+            self.reset()
+            return False
+        self._length = state.length
+        return True
 
     def _drop_held(self) -> None:
         if self._held or self._aside is not None:
