@@ -410,7 +410,7 @@ class Completer:
         :data:`INTERRUPTIBLE_STEP` on a backend whose calls stop part-way), checking ``cancelled`` between
         steps, and within them where the backend can stop a call: a real request waits for one step at
         most, or for none. Returns how many tokens the target evaluated (what its cache did not hold
-        already). A warm-up cancelled between the chunks it shifts keeps what it evaluated, and the chunks
+        already, or with ``fresh`` did not hold as a fresh evaluation does). A warm-up cancelled between the chunks it shifts keeps what it evaluated, and the chunks
         it did not reach right after it (:meth:`CachedSequence.prefill`).
 
         ``fresh``: so that a request here decodes what a fresh evaluation of its prompt gives (the target's

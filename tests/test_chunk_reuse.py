@@ -730,8 +730,8 @@ def test_an_exact_prefill_after_a_shift_is_a_fresh_evaluation_to_the_last_bit(ba
     reference = _replayed(backends["reference"], OLD, truncate=80)
     list(reference.prefill(new, 16))
     assert same(seq.sync(new, 4), reference.sync(new, 4))
-    # Those 4 evaluated again by one call, of other kernels: from the last multiple of 16 again.
-    assert seq.exact_length == len(new) - 4 and list(seq.prefill(new, 16, exact=True)) == [len(new) - 416]
+    # The sync evaluated the last 4 again, by one call of other kernels: exact to the multiple of 16 before.
+    assert seq.exact_length == 416 and list(seq.prefill(new, 16, exact=True)) == [len(new) - 416]
 
 
 @needs_llama_cpp
@@ -771,7 +771,7 @@ def test_saved_caches_are_few_and_a_longer_copy_replaces_its_prefix(backends) ->
 
 
 @needs_llama_cpp
-def test_nothing_is_saved_while_a_move_is_pending_and_a_failed_load_leaves_an_empty_cache(
+def test_nothing_is_saved_while_a_move_is_pending_and_a_failed_load_keeps_the_saved_caches(
         backends, monkeypatch) -> None:
     target = backends["target"]
     new = OLD[:80] + random_tokens(40, 6) + OLD[90:]
@@ -780,13 +780,35 @@ def test_nothing_is_saved_while_a_move_is_pending_and_a_failed_load_leaves_an_em
     assert next(steps) == 16
     steps.close()  # stopped before the chunk: moved down after what was evaluated, the move not yet applied
     assert target.save_state() is None and not seq.save()
-    seq.sync(new, 1)  # the next call applies it
-    assert seq.save()
+    # An exact prefill now would drop the cache it cannot save: it shifts this once instead.
+    shifted = seq.shifted_tokens
+    list(seq.prefill(new + [4], 16, exact=True))
+    assert seq.tokens == new + [4] and seq.saved == [] and seq.shifted_tokens > shifted
+    assert seq.save()  # the call applied the move
     monkeypatch.setattr(target, "load_state", lambda state: False)
     seq.sync(random_tokens(64, 30), 1)
     seq.sync(new + [4], 1)  # the saved copy holds more, but does not load: evaluated from empty
     assert seq.loaded_tokens == 0 and seq.tokens == new + [4] and seq.exact_length == len(new)
+    assert [saved.tokens for saved in seq.saved] == [random_tokens(64, 30)]  # the one in use before: kept
     assert same(seq.sync(new + [4], 1), _replayed(backends["reference"], new + [4]).sync(new + [4], 1))
+
+
+@needs_llama_cpp
+def test_a_cut_inside_what_was_evaluated_exactly_keeps_it_to_a_multiple_of_16_and_a_short_tail_is_not_saved(
+        backends) -> None:
+    """The rows before a cut came from a call that went on past it (a batch kernel's rows), where a fresh
+    evaluation that ends at the cut computes its last rows by the one-row kernel."""
+    backends["target"].reset()
+    seq = CachedSequence(backends["target"])
+    list(seq.prefill(OLD, 64, exact=True))
+    assert seq.exact_length == len(OLD)
+    seq.truncate(300)
+    assert seq.exact_length == 288
+    assert list(seq.prefill(OLD[:300], 64, exact=True)) == [12] and seq.saved == []
+    seq.sync(OLD[:300] + [5, 6, 7], 1)  # a key: 3 tokens beyond, fewer than SAVE_FROM
+    # The 12 were one call of other kernels (fewer than 16): evaluated again, with what follows.
+    assert list(seq.prefill(OLD[:310], 64, exact=True)) == [22] and seq.saved == []
+    assert seq.exact_length == 310
 
 
 def test_an_exact_prefill_where_the_backend_cannot_save_evaluates_from_the_exact_prefix(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ class Backend(Protocol):
     another is evaluated: :meth:`CachedSequence.prefill` with ``exact``): ``save_state()`` returns the
     sequence's entries as an opaque value (None where it cannot now), the cache unchanged;
     ``load_state(state)`` drops everything the cache holds (held and set aside included) and holds what was
-    saved, laid out as where it was evaluated into an empty cache; False (an empty cache) where it fails.
+    saved, from the cache's first place on; False (an empty cache) where it fails.
     """
 
     name: str

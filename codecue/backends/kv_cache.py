@@ -72,6 +72,11 @@ MIN_CALL = 16
 #: window and its full prompt, the two a rest and the keys typed during it go between.
 SAVED_CACHES = 2
 
+#: An exact prefill saves the cache it replaces only where that holds at least this many tokens beyond what
+#: it keeps: fewer are what a generation or a key added to the same prompt, and a copy of the whole cache for
+#: them would push a saved cache that is worth loading out.
+SAVE_FROM = 64
+
 
 def exact_prefix(cached: list[int], exact_length: int, tokens: list[int]) -> int:
     """How much of ``cached`` (of which ``exact_length`` first positions were evaluated exactly) an exact
@@ -212,7 +217,7 @@ def _finish(steps: Generator[int, None, Logits]) -> Logits:
             return done.value
 
 
-@dataclass
+@dataclass(eq=False)
 class SavedCache:
     """A cache's tokens and entries saved aside (:meth:`Backend.save_state`), with how many first positions
     held what a fresh evaluation gives (:attr:`CachedSequence.fresh_length`, :attr:`~CachedSequence.exact_length`)."""
@@ -248,9 +253,9 @@ class CachedSequence:
     (:func:`exact_prefix`).
 
     On a backend that saves its cache (``can_save``), an exact prefill (:meth:`prefill`) saves what the
-    cache held before evaluating the prompt from an empty one, and a sync loads a saved cache back where it
-    holds more of the new tokens than the cache in use (the one in use is saved in turn): at most
-    :data:`SAVED_CACHES`, the most recently used.
+    cache held before evaluating the prompt from an empty one, and a sync or a prefill loads a saved cache
+    back where it holds more of the new tokens than the cache in use (the one in use is saved in turn): at
+    most :data:`SAVED_CACHES`, the most recently used, dropped by :meth:`reset` only.
 
     Counters (totals since creation): ``fed_tokens`` evaluated, ``reused_tokens`` kept from the cache
     (prefix and chunks), ``shifted_tokens`` of those kept by shifting.
@@ -288,17 +293,28 @@ class CachedSequence:
 
     def reset(self) -> None:
         """Empty the cache; the saved caches go too."""
+        self._clear()
+        self.saved = []
+
+    def _clear(self) -> None:
+        """Empty the cache in use (the backend's own too, its first cell next), keeping the saved ones."""
         self.backend.reset()
         self.tokens = []
         self.fresh_length = self.exact_length = 0
-        self.saved = []
 
     def truncate(self, length: int) -> None:
         if length < len(self.tokens):
             self.backend.truncate(length)
             del self.tokens[length:]
-            self.fresh_length = min(self.fresh_length, length)
-            self.exact_length = min(self.exact_length, length)
+            self._cut_to(length)
+
+    def _cut_to(self, length: int) -> None:
+        """Lower the lengths to ``length``; a cut inside what was evaluated exactly keeps it down to a
+        multiple of :data:`MIN_CALL` (the rows before the cut came from a call that went on, by a batch
+        kernel where a fresh evaluation ending there computes its last rows by a one-row kernel)."""
+        self.fresh_length = min(self.fresh_length, length)
+        if length < self.exact_length:
+            self.exact_length = length - length % MIN_CALL
 
     def plan(self, tokens: Sequence[int], n_logits: int = 0) -> tuple[int, list[Chunk]]:
         """What a sync to ``tokens`` keeps of the cache in use: the common prefix's length, and the chunks
@@ -315,54 +331,60 @@ class CachedSequence:
         """How many tokens of ``tokens`` a sync would evaluate (the cache in use, or a saved one it would
         load, holds the rest)."""
         tokens = list(tokens)
-        return len(tokens) - max(self._reuse(cached, tokens, 0) for cached in self._candidates())
-
-    def _candidates(self) -> list[list[int]]:
-        return [self.tokens, *(saved.tokens for saved in self.saved)]
+        return len(tokens) - self._most_reused(tokens, 0)[1]
 
     def _reuse(self, cached: list[int], tokens: list[int], n_logits: int) -> int:
         keep, chunks = self._plan(cached, tokens, n_logits)
         return keep + sum(chunk.length for chunk in chunks)
 
+    def _most_reused(self, tokens: list[int], n_logits: int, exact: bool = False) -> tuple[SavedCache | None, int]:
+        """The saved cache that holds more of ``tokens`` than the one in use (None where none does), and how
+        many it holds: counting the chunks it would shift, or with ``exact`` only the prefix it holds
+        exactly (:func:`exact_prefix`). A cache that holds no more tokens than the best so far is not planned."""
+        wanted = len(tokens) - n_logits
+
+        def held(cached: list[int], exact_length: int) -> int:
+            if exact:
+                return min(exact_prefix(cached, exact_length, tokens), wanted)
+            return self._reuse(cached, tokens, n_logits)
+
+        best, most = None, held(self.tokens, self.exact_length)
+        for saved in self.saved:
+            if min(len(saved.tokens), wanted) > most and (count := held(saved.tokens, saved.exact_length)) > most:
+                best, most = saved, count
+        return best, most
+
     def save(self) -> bool:
         """Save the cache in use aside (it stays in use), first among :attr:`saved`; False where there is
-        nothing to save or the backend cannot now. A saved cache whose tokens this one starts with goes."""
-        if not self.tokens or not self.saves:
+        nothing to save or the backend cannot now. A saved cache whose tokens this one starts with, and held
+        no more of them exactly, goes."""
+        if not self.tokens or not self.saves or self.backend.length != len(self.tokens):
             return False
         state = self.backend.save_state()
         if state is None:
             return False
-        kept = [saved for saved in self.saved if saved.tokens != self.tokens[: len(saved.tokens)]]
+        kept = [saved for saved in self.saved
+                if saved.tokens != self.tokens[: len(saved.tokens)] or saved.exact_length > self.exact_length]
         self.saved = [SavedCache(list(self.tokens), self.fresh_length, self.exact_length, state),
                       *kept][:SAVED_CACHES]
         return True
 
     def _load(self, saved: SavedCache) -> None:
-        """Put ``saved`` in use in place of the cache in use (saved first where the backend can); a load
-        that fails leaves an empty cache."""
-        self.saved.remove(saved)
+        """Put ``saved`` in use in place of the cache in use (saved first where the backend can). A load
+        that fails leaves the cache in use empty, the saved caches kept."""
+        self.saved = [other for other in self.saved if other is not saved]
         self.save()
-        if not self.backend.load_state(saved.state):
-            self.reset()
+        try:
+            loaded = self.backend.load_state(saved.state)
+        except BaseException:
+            self._clear()
+            raise
+        if not loaded:
+            self._clear()
             return
         self.tokens = list(saved.tokens)
         self.fresh_length, self.exact_length = saved.fresh_length, saved.exact_length
         self.loaded_tokens += len(saved.tokens)
-
-    def _load_best(self, tokens: list[int], n_logits: int, exact: bool) -> None:
-        """Load the saved cache that holds more of ``tokens`` than the one in use, if one does: counting
-        the chunks it would shift, or with ``exact`` only the common prefix it holds exactly."""
-        def held(cached: list[int], exact_length: int) -> int:
-            if exact:
-                return min(exact_prefix(cached, exact_length, tokens), len(tokens) - n_logits)
-            return self._reuse(cached, tokens, n_logits)
-
-        best, most = None, held(self.tokens, self.exact_length)
-        for saved in self.saved:
-            if (count := held(saved.tokens, saved.exact_length)) > most:
-                best, most = saved, count
-        if best is not None:
-            self._load(best)
 
     def sync(self, tokens: Sequence[int], n_logits: int = 1) -> Logits:
         if n_logits < 1 or n_logits > len(tokens):
@@ -380,9 +402,10 @@ class CachedSequence:
         ``exact``: the cache then holds what evaluating ``tokens`` into an empty cache gives, to the last bit
         (:attr:`exact_length`): it keeps only the prefix it holds exactly, from itself or a saved cache, to
         a multiple of :data:`MIN_CALL`, shifts nothing, and evaluates the rest with nothing else in the
-        backend. What it held beyond that
-        prefix is saved first where the backend can (:meth:`save`): a request during the evaluation loads it
-        back. Stopped, the cache holds the prefix evaluated so far."""
+        backend. What it held beyond that prefix, :data:`SAVE_FROM` tokens or more, is saved first
+        (:meth:`save`): a request during the evaluation loads it back. Where it cannot be saved now (a move
+        pending), the prefill is not exact this once: as without ``exact``. Stopped, the cache holds the
+        prefix evaluated so far."""
         if step < 1:
             raise ValueError(f"step must be >= 1, got {step}")
         return self._feed_exact(tokens, step) if exact else self._feed(tokens, 0, step)
@@ -391,13 +414,24 @@ class CachedSequence:
         tokens = [int(t) for t in tokens]
         if len(tokens) > self.backend.max_length:
             raise ValueError(f"sequence of {len(tokens)} tokens exceeds the context of {self.backend.max_length}")
-        if self.backend.length != len(self.tokens):
-            self.reset()
-        self._load_best(tokens, 0, exact=True)
+        if self.backend.length != len(self.tokens):  # a backend that lost its cache (e.g. after an error)
+            self._clear()
+        if (best := self._most_reused(tokens, 0, exact=True)[0]) is not None:
+            self._load(best)
         keep = exact_prefix(self.tokens, self.exact_length, tokens)
-        if keep < len(self.tokens):
-            self.save()
-        self.truncate(keep)
+        if len(self.tokens) - keep >= SAVE_FROM and not self.save():
+            # A cache that cannot be saved now (a move pending) is not dropped: shifted this time, the
+            # next rest evaluates it exactly.
+            return (yield from self._feed(tokens, 0, step))
+        if keep == 0:
+            self._clear()  # from the first cell
+        else:  # drops what is held or set aside too
+            self.backend.truncate(keep)
+            del self.tokens[keep:]
+            self._cut_to(keep)
+        if self.backend.length != keep:  # a memory that cannot drop a range starts over
+            self._clear()
+            keep = 0
         self.reused_tokens += keep
         return (yield from self._evaluate(tokens[keep:], 0, step))
 
@@ -406,20 +440,20 @@ class CachedSequence:
         if len(tokens) > self.backend.max_length:
             raise ValueError(f"sequence of {len(tokens)} tokens exceeds the context of {self.backend.max_length}")
         if self.backend.length != len(self.tokens):  # a backend that lost its cache (e.g. after an error)
-            self.reset()
-        if self.saved:
-            self._load_best(tokens, n_logits, exact=False)
+            self._clear()
+        if self.saved and common_prefix_length(self.tokens, tokens) < len(tokens) - n_logits:
+            if (best := self._most_reused(tokens, n_logits)[0]) is not None:
+                self._load(best)
         keep, chunks = self.plan(tokens, n_logits)
         self.reused_tokens += keep
-        self.fresh_length = min(self.fresh_length, keep)
-        self.exact_length = min(self.exact_length, keep)
+        self._cut_to(keep)
         if chunks:
             self.backend.hold_chunks(keep, chunks)
             del self.tokens[keep:]
         else:
             self.truncate(keep)
         if self.backend.length != keep:  # a backend that could not truncate starts over
-            self.reset()
+            self._clear()
             keep, chunks = 0, []
         at, placed = keep, 0
         self._holding = bool(chunks)
@@ -463,7 +497,7 @@ class CachedSequence:
             return
         self.backend.set_aside(start)
         if self.backend.length != start:  # a memory that could not drop the positions started over
-            self.reset()
+            self._clear()
             return
         del self.tokens[start:]
         self._holding = True

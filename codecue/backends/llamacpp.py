@@ -148,16 +148,16 @@ def attention_shape(lib: ModuleType, model: Any) -> str:
     return " ".join(f"{k}={value(k)}" for k in keys)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SavedState:
     """Sequence 0's entries as llama.cpp writes them (:meth:`LlamaCppBackend.save_state`), and its length."""
 
     length: int
-    data: Any  # a ctypes byte array
+    data: np.ndarray  # bytes
 
-    @property
-    def nbytes(self) -> int:
-        return len(self.data)
+
+def _bytes_pointer(data: np.ndarray) -> Any:
+    return data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
 
 
 class LlamaCppBackend(BackendBase):
@@ -498,20 +498,23 @@ class LlamaCppBackend(BackendBase):
             return None
         lib = self._lib
         size = int(lib.llama_state_seq_get_size(self._ctx, 0))
-        buffer = (ctypes.c_uint8 * size)()
-        if size == 0 or int(lib.llama_state_seq_get_data(self._ctx, buffer, size, 0)) != size:
+        if size == 0:
             return None
-        return SavedState(self._length, buffer)
+        data = np.empty(size, dtype=np.uint8)  # not zeroed first: llama.cpp writes every byte
+        if int(lib.llama_state_seq_get_data(self._ctx, _bytes_pointer(data), size, 0)) != size:
+            return None
+        return SavedState(self._length, data)
 
     def load_state(self, state: object) -> bool:
-        """Empty the cache and load ``state`` (``llama_state_seq_set_data``): into an empty memory its cells
-        lie in order from the first, as where its tokens were evaluated there."""
+        """Empty the cache and load ``state`` (``llama_state_seq_set_data``): into the emptied memory its
+        cells lie side by side from the first, in the order they lay when it was saved (so positions that
+        were evaluated from the first cell on lie as they did)."""
         self._check_open()
         if not isinstance(state, SavedState):
             raise TypeError(f"not a saved llama.cpp state: {type(state).__name__}")
         self.reset()
-        size = len(state.data)
-        if int(self._lib.llama_state_seq_set_data(self._ctx, state.data, size, 0)) != size:
+        size = state.data.size
+        if int(self._lib.llama_state_seq_set_data(self._ctx, _bytes_pointer(state.data), size, 0)) != size:
             self.reset()
             return False
         self._length = state.length

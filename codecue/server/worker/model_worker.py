@@ -90,8 +90,8 @@ class GenerationJob:
     #: a warm-up's time limit for the first part of the way: the window a request there sends first where
     #: the full prompt takes longer (Completer.warm_context); None warms the full prompt at once
     warm_within_ms: float | None = None
-    #: a warm-up that also evaluates again what the cache kept by shifting (Completer.warm), so that the
-    #: place's next suggestion is what a fresh evaluation gives
+    #: a warm-up that leaves the cache as a fresh evaluation of the prompt would (Completer.warm), so that
+    #: the place's next suggestion is what a fresh evaluation gives
     warm_fresh: bool = False
     #: what idle time after this request prepares (background jobs chained by ``then``): the place's full
     #: prompt, the next line at a line's end (the server's ``workAhead`` option)
