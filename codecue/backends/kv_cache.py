@@ -410,12 +410,18 @@ class CachedSequence:
             raise ValueError(f"step must be >= 1, got {step}")
         return self._feed_exact(tokens, step) if exact else self._feed(tokens, 0, step)
 
-    def _feed_exact(self, tokens: Sequence[int], step: int) -> Generator[int, None, Logits]:
+    def _checked(self, tokens: Sequence[int]) -> list[int]:
+        """``tokens`` as ints, refused past the context; a backend that lost its cache (e.g. after an error)
+        starts over from an empty one."""
         tokens = [int(t) for t in tokens]
         if len(tokens) > self.backend.max_length:
             raise ValueError(f"sequence of {len(tokens)} tokens exceeds the context of {self.backend.max_length}")
-        if self.backend.length != len(self.tokens):  # a backend that lost its cache (e.g. after an error)
+        if self.backend.length != len(self.tokens):
             self._clear()
+        return tokens
+
+    def _feed_exact(self, tokens: Sequence[int], step: int) -> Generator[int, None, Logits]:
+        tokens = self._checked(tokens)
         if (best := self._most_reused(tokens, 0, exact=True)[0]) is not None:
             self._load(best)
         keep = exact_prefix(self.tokens, self.exact_length, tokens)
@@ -436,11 +442,7 @@ class CachedSequence:
         return (yield from self._evaluate(tokens[keep:], 0, step))
 
     def _feed(self, tokens: Sequence[int], n_logits: int, step: int | None) -> Generator[int, None, Logits]:
-        tokens = [int(t) for t in tokens]
-        if len(tokens) > self.backend.max_length:
-            raise ValueError(f"sequence of {len(tokens)} tokens exceeds the context of {self.backend.max_length}")
-        if self.backend.length != len(self.tokens):  # a backend that lost its cache (e.g. after an error)
-            self._clear()
+        tokens = self._checked(tokens)
         if self.saved and common_prefix_length(self.tokens, tokens) < len(tokens) - n_logits:
             if (best := self._most_reused(tokens, n_logits)[0]) is not None:
                 self._load(best)
