@@ -49,6 +49,7 @@ from codecue.engine.fim import (
     FIM_MIDDLE,
     FIM_PREFIX,
     FIM_SUFFIX,
+    LAYOUTS,
     REPO_NAME,
     WINDOW_FLOOR,
     PromptBudget,
@@ -239,11 +240,15 @@ def import_context(point: QualityPoint, budget: PromptBudget) -> list[tuple[str,
                            ImportedFiles(), [root])
 
 
-def codecue_prompt(tokenizer, point: QualityPoint, layout: str, context: str, first_tokens: int | None = None) -> str:
+def codecue_prompt(tokenizer, point: QualityPoint, layout: str, context: str, first_tokens: int | None = None,
+                   suffix_tokens: int | None = None) -> str:
     """CodeCue's prompt with ``context`` (none, heads, chunks: the other files open, imports: only the files
     the point's file imports); with ``first_tokens``, the shorter prompt the server uses at a place its cache
-    does not hold (:func:`~codecue.engine.fim.shorter_budgets`)."""
+    does not hold (:func:`~codecue.engine.fim.shorter_budgets`); with ``suffix_tokens``, that suffix budget
+    instead of the server's."""
     budget = PromptBudget(layout=layout, **QUALITY_BUDGET)
+    if suffix_tokens is not None:
+        budget = replace(budget, suffix=suffix_tokens)
     contexts = {"none": lambda: [], "heads": lambda: old_heads(point), "chunks": lambda: chunk_context(point, budget),
                 "imports": lambda: import_context(point, budget)}
     extra = contexts[context]()
@@ -293,7 +298,7 @@ def variants(first_tokens: int = FIRST_TOKENS) -> dict[str, Callable[[Any, Quali
     """Prompt variants by name: LAYOUT/CONTEXT, LAYOUT/CONTEXT/first (the shorter prompt of a place the
     cache does not hold, ``first_tokens`` beyond the context) and the llama.vim-style peer."""
     out: dict[str, Callable[[Any, QualityPoint], str]] = {}
-    for layout in ("psm", "psm-mid", "spm"):
+    for layout in LAYOUTS:
         for context in CONTEXTS:
             out[f"{layout}/{context}"] = (lambda tok, p, layout=layout, context=context:
                                           codecue_prompt(tok, p, layout, context))
@@ -309,6 +314,8 @@ SERVER_VARIANT = "psm-mid/chunks"
 #: the line shown at Enter after a rest at the end of the line before: the next line the server prepares
 #: there (JobKind.NEXT_LINE, the server's prompt), scored with its indentation against the point's line
 NEXT_LINE_VARIANT = "next-line"
+#: a full-prompt variant with another suffix budget: ``psm-mid/imports+s256``
+SUFFIX_MARK = "+s"
 #: the llama.vim-shaped prompt on CodeCue's backend; ``llama.vim`` was its name before the peer came
 CODECUE_LLAMA_VIM = "codecue/llama.vim"
 FORMER_VARIANTS = {"llama.vim": CODECUE_LLAMA_VIM}
@@ -353,7 +360,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", nargs="+", default=None,
                         help="prompt variants LAYOUT/CONTEXT[/first[@TOKENS]] (psm|psm-mid|spm / none|heads|chunks|imports; "
                              "/first: the short prompt of a place the cache does not hold, @TOKENS its window, default "
-                             f"--first-tokens), {NEXT_LINE_VARIANT} (the next line the server prepares at the end of the line "
+                             f"--first-tokens), LAYOUT/CONTEXT{SUFFIX_MARK}N (the full prompt with N suffix tokens), "
+                             f"{NEXT_LINE_VARIANT} (the next line the server prepares at the end of the line "
                              f"before a line-start point), {CODECUE_LLAMA_VIM} (a llama.vim-style prompt on CodeCue's "
                              "backend) or "
                              f"{PEER_NAME} (llama.vim's request to llama-server; needs it built: "
@@ -518,11 +526,17 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
         base, at, window = name.partition("@")
         if at and base.endswith("/first") and window.isdigit() and int(window) > 0:
             table[name] = variants(int(window))[base]
+        base, _, suffix = name.partition(SUFFIX_MARK)  # LAYOUT/CONTEXT+sN: the full prompt, N suffix tokens
+        if (suffix.isdigit() and int(suffix) > 0 and base.count("/") == 1 and base.split("/")[0] in LAYOUTS
+                and base.split("/")[1] in CONTEXTS):
+            layout, context = base.split("/")
+            table[name] = (lambda tok, p, layout=layout, context=context, n=int(suffix):
+                           codecue_prompt(tok, p, layout, context, suffix_tokens=n))
     unknown = [n for n in names if n not in table and n not in peers and n != NEXT_LINE_VARIANT]
     if unknown:
         known = [*table, *PEER_VARIANTS]
         raise CodeCueError(f"unknown quality variant(s) {unknown}",
-                           f"choose from {', '.join(known)} (a /first variant may take @TOKENS)")
+                           f"choose from {', '.join(known)} (a /first variant may take @TOKENS, a full one {SUFFIX_MARK}N)")
     stops = {p.name: point_job(p, max_tokens).stop_rule for p in points}
     records = []
     for name in names:
