@@ -86,3 +86,26 @@ def test_the_next_line_variant_scores_the_line_shown_at_enter_with_its_indentati
     assert [r.point for r in records] == [start.name]  # a mid-line point has no line before to rest at
     record = records[0]
     assert record.exact == (record.shown.split("\n", 1)[0].rstrip() == indent + start.hole)
+
+
+def test_a_full_prompt_variant_takes_its_own_suffix_and_context_budget(tiny_tokenizer, make_completer):
+    import pytest
+
+    from codecue.errors import CodeCueError
+    from codecue_bench.quality import run_quality
+
+    point = next(p for p in project_points(languages=["python"]) if p.path == "totals.py" and len(p.suffix) > 2000)
+    short = codecue_prompt(tiny_tokenizer, point, "psm-mid", "none", suffix=16)
+    long = codecue_prompt(tiny_tokenizer, point, "psm-mid", "none", suffix=256)
+    suffix_of = lambda text: text.split("<|fim_suffix|>", 1)[1].split(FIM_MIDDLE, 1)[0]  # noqa: E731
+    assert len(suffix_of(long)) > len(suffix_of(short)) and point.suffix.startswith(suffix_of(long))
+
+    completer = make_completer(draft=None)
+    records = run_quality(completer, [point], ["psm-mid/none+s16"], max_tokens=4)
+    assert [r.variant for r in records] == ["psm-mid/none+s16"]
+    assert records[0].prompt_tokens == len(tiny_tokenizer.encode(short, add_special_tokens=False))
+    records = run_quality(completer, [point], ["psm-mid/chunks+c0", "psm-mid/chunks+s16+c512"], max_tokens=4)
+    assert records[0].prompt_tokens < records[1].prompt_tokens  # the first has no context at all
+    for bad in ("psm-mid/none+x16", "psm-mid/nothing+s16", "fim/none+s16", "psm-mid/none+sx", "psm-mid/none+s1+s2"):
+        with pytest.raises(CodeCueError, match="unknown quality variant"):
+            run_quality(completer, [point], [bad], max_tokens=4)

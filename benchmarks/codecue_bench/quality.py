@@ -241,14 +241,12 @@ def import_context(point: QualityPoint, budget: PromptBudget) -> list[tuple[str,
 
 
 def codecue_prompt(tokenizer, point: QualityPoint, layout: str, context: str, first_tokens: int | None = None,
-                   suffix_tokens: int | None = None) -> str:
+                   **budget_parts: int) -> str:
     """CodeCue's prompt with ``context`` (none, heads, chunks: the other files open, imports: only the files
     the point's file imports); with ``first_tokens``, the shorter prompt the server uses at a place its cache
-    does not hold (:func:`~codecue.engine.fim.shorter_budgets`); with ``suffix_tokens``, that suffix budget
-    instead of the server's."""
-    budget = PromptBudget(layout=layout, **QUALITY_BUDGET)
-    if suffix_tokens is not None:
-        budget = replace(budget, suffix=suffix_tokens)
+    does not hold (:func:`~codecue.engine.fim.shorter_budgets`); ``budget_parts`` (``suffix``, ``extra``) in
+    place of the server's."""
+    budget = replace(PromptBudget(layout=layout, **QUALITY_BUDGET), **budget_parts)
     contexts = {"none": lambda: [], "heads": lambda: old_heads(point), "chunks": lambda: chunk_context(point, budget),
                 "imports": lambda: import_context(point, budget)}
     extra = contexts[context]()
@@ -314,8 +312,9 @@ SERVER_VARIANT = "psm-mid/chunks"
 #: the line shown at Enter after a rest at the end of the line before: the next line the server prepares
 #: there (JobKind.NEXT_LINE, the server's prompt), scored with its indentation against the point's line
 NEXT_LINE_VARIANT = "next-line"
-#: a full-prompt variant with another suffix budget: ``psm-mid/imports+s256``
-SUFFIX_MARK = "+s"
+#: a full-prompt variant with other budget parts: ``psm-mid/imports+s256`` (the suffix), ``+c768`` (the
+#: context), both: ``+s256+c768``
+BUDGET_MARKS = {"s": "suffix", "c": "extra"}
 #: the llama.vim-shaped prompt on CodeCue's backend; ``llama.vim`` was its name before the peer came
 CODECUE_LLAMA_VIM = "codecue/llama.vim"
 FORMER_VARIANTS = {"llama.vim": CODECUE_LLAMA_VIM}
@@ -360,7 +359,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", nargs="+", default=None,
                         help="prompt variants LAYOUT/CONTEXT[/first[@TOKENS]] (psm|psm-mid|spm / none|heads|chunks|imports; "
                              "/first: the short prompt of a place the cache does not hold, @TOKENS its window, default "
-                             f"--first-tokens), LAYOUT/CONTEXT{SUFFIX_MARK}N (the full prompt with N suffix tokens), "
+                             "--first-tokens), LAYOUT/CONTEXT[+sN][+cN] (the full prompt with N suffix or context tokens), "
                              f"{NEXT_LINE_VARIANT} (the next line the server prepares at the end of the line "
                              f"before a line-start point), {CODECUE_LLAMA_VIM} (a llama.vim-style prompt on CodeCue's "
                              "backend) or "
@@ -512,6 +511,20 @@ def server_prompt(completer: Completer, point: QualityPoint, max_tokens: int) ->
     return completer.prompt_for(job, full=True), job
 
 
+def budget_variant(name: str) -> Callable[[Any, QualityPoint], str] | None:
+    """The full-prompt variant ``LAYOUT/CONTEXT+sN+cN`` (:data:`BUDGET_MARKS`), or None where ``name`` is not one."""
+    base, *marks = name.split("+")
+    parts = {BUDGET_MARKS.get(m[:1]): m[1:] for m in marks}
+    if (not marks or None in parts or len(parts) != len(marks) or not all(v.isdigit() for v in parts.values())
+            or base.count("/") != 1):
+        return None
+    layout, context = base.split("/")
+    if layout not in LAYOUTS or context not in CONTEXTS:
+        return None
+    sizes = {k: int(v) for k, v in parts.items()}
+    return lambda tok, p: codecue_prompt(tok, p, layout, context, **sizes)
+
+
 def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max_tokens: int = 32,
                 progress: Callable[[str], None] | None = None,
                 on_record: Callable[[QualityRecord], None] | None = None,
@@ -526,17 +539,14 @@ def run_quality(completer, points: list[QualityPoint], names: Sequence[str], max
         base, at, window = name.partition("@")
         if at and base.endswith("/first") and window.isdigit() and int(window) > 0:
             table[name] = variants(int(window))[base]
-        base, _, suffix = name.partition(SUFFIX_MARK)  # LAYOUT/CONTEXT+sN: the full prompt, N suffix tokens
-        if (suffix.isdigit() and int(suffix) > 0 and base.count("/") == 1 and base.split("/")[0] in LAYOUTS
-                and base.split("/")[1] in CONTEXTS):
-            layout, context = base.split("/")
-            table[name] = (lambda tok, p, layout=layout, context=context, n=int(suffix):
-                           codecue_prompt(tok, p, layout, context, suffix_tokens=n))
+        built = budget_variant(name)
+        if built is not None:
+            table[name] = built
     unknown = [n for n in names if n not in table and n not in peers and n != NEXT_LINE_VARIANT]
     if unknown:
         known = [*table, *PEER_VARIANTS]
         raise CodeCueError(f"unknown quality variant(s) {unknown}",
-                           f"choose from {', '.join(known)} (a /first variant may take @TOKENS, a full one {SUFFIX_MARK}N)")
+                           f"choose from {', '.join(known)} (a /first variant may take @TOKENS, a full one +sN, +cN)")
     stops = {p.name: point_job(p, max_tokens).stop_rule for p in points}
     records = []
     for name in names:
