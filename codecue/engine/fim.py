@@ -65,11 +65,16 @@ CONTEXT_CHARS_PER_TOKEN = 3.2
 class PromptBudget:
     """The prompt's budget, in tokens: the whole prompt, the suffix's part, the other files' part."""
 
-    total: int = 1536  # tokens for prefix + suffix + extra context (the extra part is kept for context only)
-    # 256 gave better first lines, but typing's first text came later in the replays (docs/experiments.md,
-    # the prompt). A short window gives a quarter of its tokens to the suffix.
+    total: int = 2048  # tokens for prefix + suffix + extra context (the extra part is kept for context only)
+    # 256 gave better first lines when every new line evaluated the suffix again; with the paragraph in the
+    # middle it did not (docs/experiments.md, the prompt). A short window gives a quarter of its tokens to
+    # the suffix.
     suffix: int = 128
-    extra: int = 256  # other open documents
+    # Other files' chunks: more of them matched more lines (cross-file names above all) up to 768 tokens,
+    # the most tried. The window around the cursor keeps its 1,152 + 128 tokens beside them: the context
+    # costs the full prompt's evaluation, which idle time and the rest pay, and a short window at a new
+    # place takes it only where the cache holds it.
+    extra: int = 768
     anchor_lines: int = 32
     layout: str = DEFAULT_LAYOUT  # one of LAYOUTS: where the suffix and the cursor line go
     # At a place the KV cache does not hold, evaluate no more prompt than this machine does in this long

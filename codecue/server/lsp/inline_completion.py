@@ -109,6 +109,9 @@ class InlineCompletions:
         #: per document, the line after a line's end prepared while the user rested there: Enter at that
         #: place (and the indentation the editor inserts) is answered from it
         self.next_lines: dict[str, Generation] = {}
+        #: per document, the place (prefix, suffix) of the latest next line asked for: one for a place the
+        #: user has left, ending late, must not replace it
+        self.next_line_places: dict[str, tuple[str, str]] = {}
 
     # -- entry point ---------------------------------------------------------------------------------
     def snapshot(self, params: types.InlineCompletionParams, request_id: int | str | None) -> CompletionRequest | None:
@@ -277,6 +280,7 @@ class InlineCompletions:
                             on_text=on_text, label=f"next line {request.uri}:{request.line}")
         held.job = job
         job.future.add_done_callback(lambda f: _call_soon(loop, self._on_next_line, request.uri, held, f))
+        self.next_line_places[request.uri] = (held.prefix, held.suffix)
         if hold:  # held from the start: Enter while it runs joins it (_from_next_line)
             self.next_lines[request.uri] = held
         return job
@@ -287,7 +291,8 @@ class InlineCompletions:
             return
         result = None if future.exception() is not None else future.result()
         log.debug("next line at %s: %r", held.job.prepared.path if held.job else "?", result and result.text)
-        if result is None or result.stop_reason == "cancelled" or not result.text.strip():
+        stale = self.next_line_places.get(uri) != (held.prefix, held.suffix)  # the user rests elsewhere now
+        if result is None or result.stop_reason == "cancelled" or not result.text.strip() or stale:
             held.state = "cancelled"
             return
         held.state, held.final = "done", result.text
@@ -536,6 +541,7 @@ class InlineCompletions:
     # -- lifecycle -----------------------------------------------------------------------------------
     def forget(self, uri: str) -> None:
         self.next_lines.pop(uri, None)
+        self.next_line_places.pop(uri, None)
         gen = self.active.pop(uri, None)
         if gen is not None and gen.live:
             self._cancel(gen)
