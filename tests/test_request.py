@@ -255,6 +255,60 @@ async def test_a_line_end_typed_through_moves_the_next_line_to_the_users_place(
         session.close()
 
 
+async def test_a_next_line_for_a_place_left_ending_late_does_not_replace_the_one_held_now(
+        source_file, make_completer, monkeypatch):
+    """The next line of the place the user typed through from ends, and its end reaches the session only
+    after the rest at the user's own line end began (the loop answered the typed key first): it must
+    not take the held place, or Enter there finds the old place's line and generates anew."""
+    from codecue.server.lsp import inline_completion
+    from codecue.server.worker import model_worker as worker_module
+
+    monkeypatch.setattr(worker_module, "NEXT_LINE_AFTER_S", 0.05)
+    monkeypatch.setattr(worker_module, "REFINE_AFTER_S", 30.0)
+    recording = Recording(make_completer(draft=None), completion=": # each one")
+    session = Session(recording)
+    uri = source_file.as_uri()
+    text = source_file.read_text().replace("in values:\n", "in values\n")
+    completions = session.server.completions
+    call_soon, late = inline_completion._call_soon, []
+
+    def left_place_ends_late(loop, fn, *args):
+        if getattr(fn, "__name__", "") == "_on_next_line" and args[1].prefix.endswith("in values\n"):
+            def when_rested_elsewhere() -> None:
+                if completions.next_line_places.get(uri, ("",))[0].endswith("in values:\n"):
+                    late.append(args[1])
+                    fn(*args)
+                else:
+                    loop.call_later(0.01, when_rested_elsewhere)
+            call_soon(loop, when_rested_elsewhere)
+        else:
+            call_soon(loop, fn, *args)
+
+    monkeypatch.setattr(inline_completion, "_call_soon", left_place_ends_late)
+    try:
+        session.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                               "text": text}})
+        assert await session.complete(uri, LINE, CHARACTER - 1) == ": # each one"
+        await until(lambda: recording.kinds()[-1:] == ["next-line"], what="the next line of the first place")
+        first = completions.next_lines[uri]
+        await until(lambda: first.job.future.done(), what="the first place's next line generated")
+        session.insert(uri, 2, LINE, CHARACTER - 1, ":")
+        assert await session.complete(uri, LINE, CHARACTER) == " # each one"
+        await until(lambda: first in late, what="the first place's next line, ending late")
+        await until(lambda: completions.next_lines.get(uri) is not None
+                    and completions.next_lines[uri].state == "done"
+                    and completions.next_lines[uri].prefix.endswith("in values:\n"), what="the held next line")
+        assert first.job.future.result().stop_reason != "cancelled"  # generated whole, and still not held:
+        assert all(gen.state == "cancelled" for gen in late)
+        completes = recording.kinds().count("complete")
+        session.insert(uri, 3, LINE, CHARACTER, "\n        ")
+        assert await session.complete(uri, LINE + 1, 8) == "total -= 1"
+        assert session.stats()["session"]["nextLineServed"] == 1
+        assert recording.kinds().count("complete") == completes
+    finally:
+        session.close()
+
+
 @pytest.mark.parametrize("model_indent", [8, 4])
 async def test_enter_where_nothing_is_held_completes_from_the_new_lines_start(
         source_file, make_completer, monkeypatch, model_indent):
