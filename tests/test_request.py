@@ -223,6 +223,15 @@ async def test_a_rest_at_a_lines_end_prepares_the_next_line_and_enter_is_answere
         session.close()
 
 
+async def _enter_is_answered_from_the_held_line(session: Session, recording: Recording, uri: str) -> None:
+    """Enter at the end of the test line, with its indentation: answered from the held next line, no job."""
+    completes = recording.kinds().count("complete")
+    session.insert(uri, 3, LINE, CHARACTER, "\n        ")
+    assert await session.complete(uri, LINE + 1, 8) == "total -= 1"
+    assert session.stats()["session"]["nextLineServed"] == 1
+    assert recording.kinds().count("complete") == completes
+
+
 async def test_a_line_end_typed_through_moves_the_next_line_to_the_users_place(
         source_file, make_completer, monkeypatch):
     from codecue.server.worker import model_worker as worker_module
@@ -246,11 +255,7 @@ async def test_a_line_end_typed_through_moves_the_next_line_to_the_users_place(
         await until(lambda: any(call[0] == "next-line" and call[1].endswith("in values:\n")
                                 for call in recording.calls), what="the next line after the typed colon")
         await until(lambda: session.stats()["session"]["nextLinesPrepared"] >= 2, what="the held next line")
-        completes = recording.kinds().count("complete")
-        session.insert(uri, 3, LINE, CHARACTER, "\n        ")
-        assert await session.complete(uri, LINE + 1, 8) == "total -= 1"
-        assert session.stats()["session"]["nextLineServed"] == 1
-        assert recording.kinds().count("complete") == completes
+        await _enter_is_answered_from_the_held_line(session, recording, uri)
     finally:
         session.close()
 
@@ -300,11 +305,7 @@ async def test_a_next_line_for_a_place_left_ending_late_does_not_replace_the_one
                     and completions.next_lines[uri].prefix.endswith("in values:\n"), what="the held next line")
         assert first.job.future.result().stop_reason != "cancelled"  # generated whole, and still not held:
         assert all(gen.state == "cancelled" for gen in late)
-        completes = recording.kinds().count("complete")
-        session.insert(uri, 3, LINE, CHARACTER, "\n        ")
-        assert await session.complete(uri, LINE + 1, 8) == "total -= 1"
-        assert session.stats()["session"]["nextLineServed"] == 1
-        assert recording.kinds().count("complete") == completes
+        await _enter_is_answered_from_the_held_line(session, recording, uri)
     finally:
         session.close()
 
