@@ -403,12 +403,13 @@ class Completer:
                                   profile_path=profile_path)
 
     def warm(self, prompt: Sequence[int], cancelled: Callable[[], bool] | None = None, step: int | None = None, *,
-             fresh: bool = False, with_draft: bool = True) -> int:
+             fresh: bool = False, with_draft: bool = True, interrupted: Callable[[], bool] | None = None) -> int:
         """Evaluate ``prompt`` into the target's KV cache ahead of a request (and with ``fresh`` refresh it),
         then into the draft's (which reads it too before drafting; a generation whose draft lags drafts by
         n-gram, :meth:`draft_lags`), ``step`` tokens at a time (None: :data:`WARM_STEP`, or
         :data:`INTERRUPTIBLE_STEP` on a backend whose calls stop part-way), checking ``cancelled`` between
-        steps, and within them where the backend can stop a call: a real request waits for one step at
+        steps, and within them where the backend can stop a call (there ``interrupted`` where given: a
+        request that needs what the call evaluates lets it finish): a real request waits for one step at
         most, or for none. Returns how many tokens the target evaluated (what its cache did not hold
         already, or with ``fresh`` did not hold as a fresh evaluation does). A warm-up cancelled between the chunks it shifts keeps what it evaluated, and the chunks
         it did not reach right after it (:meth:`CachedSequence.prefill`).
@@ -426,6 +427,9 @@ class Completer:
         0, the draft's cache is never read)."""
         def stopped() -> bool:
             return cancelled is not None and cancelled()
+
+        def stopped_within_call() -> bool:
+            return interrupted() if interrupted is not None else stopped()
 
         def interruptible(seq: CachedSequence) -> bool:
             return cancelled is not None and getattr(seq.backend, "can_interrupt", False)
@@ -454,7 +458,7 @@ class Completer:
                 size = steps_for(seq)
                 steps = seq.refresh(size) if stage == "refresh" else seq.prefill(prompt, size, exact=stage == "exact")
                 try:
-                    with seq.backend.interruptible(stopped) if interruptible(seq) else nullcontext():
+                    with seq.backend.interruptible(stopped_within_call) if interruptible(seq) else nullcontext():
                         while not stopped():
                             started = time.perf_counter()
                             evaluated = next(steps, None)
@@ -475,19 +479,20 @@ class Completer:
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
                      path: str | None = None, cancelled: Callable[[], bool] | None = None,
                      decoding: DecodingSettings | None = None, within_ms: float | None = None,
-                     fresh: bool = False, with_draft: bool = True) -> int:
+                     fresh: bool = False, with_draft: bool = True,
+                     interrupted: Callable[[], bool] | None = None) -> int:
         """:meth:`warm` for the full prompt of this cursor position under ``decoding`` (None: the
         completer's settings). With ``within_ms``, the full prompt only where this machine evaluates what
         its cache lacks of it within that long; elsewhere the prompt a request there sends first (the
         window around the cursor, :meth:`build_prompt`), so that the pause after a jump readies the first
-        suggestion instead of a part of a prompt no request uses. ``fresh``, ``with_draft``: as in
-        :meth:`warm`."""
+        suggestion instead of a part of a prompt no request uses. ``fresh``, ``with_draft``,
+        ``interrupted``: as in :meth:`warm`."""
         budget = prompt_budget(self._settings(decoding))
         prompt = self.build_prompt(prefix, suffix, extra_context, path=path, full=True, budget=budget)
         if (within_ms is not None and self.prefill_ms_per_token is not None
                 and self.uncached(prompt) * self.prefill_ms_per_token > within_ms):
             prompt = self.build_prompt(prefix, suffix, extra_context, path=path, budget=budget)
-        return self.warm(prompt, cancelled, fresh=fresh, with_draft=with_draft)
+        return self.warm(prompt, cancelled, fresh=fresh, with_draft=with_draft, interrupted=interrupted)
 
     def reset_caches(self) -> None:
         with self.lock:

@@ -219,7 +219,8 @@ class RemoteCompleter:
 
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
                      path: str | None = None, cancelled: Any = None, decoding: Any = None,
-                     within_ms: float | None = None, fresh: bool = False, with_draft: bool = True) -> int:
+                     within_ms: float | None = None, fresh: bool = False, with_draft: bool = True,
+                     interrupted: Any = None) -> int:
         """Nothing to warm here: the server keeps its own prefix cache."""
         return 0
 

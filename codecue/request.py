@@ -211,9 +211,10 @@ def complete_job(completer: Completes, job: PreparedJob, *, decoding: DecodingSe
 
 
 def warm_job(completer: Completes, job: PreparedJob, *, decoding: DecodingSettings | None = None,
-             cancelled: Callable[[], bool] | None = None, within_ms: float | None = None,
-             fresh: bool = False, with_draft: bool = True) -> int:
+             cancelled: Callable[[], bool] | None = None, interrupted: Callable[[], bool] | None = None,
+             within_ms: float | None = None, fresh: bool = False, with_draft: bool = True) -> int:
     """Evaluate ``job``'s prompt into the caches (``Completer.warm_context``; ``with_draft`` False: the
     target's only): the tokens evaluated."""
     return completer.warm_context(job.prefix, job.suffix, job.extra_context, path=job.path, cancelled=cancelled,
-                                  decoding=decoding, within_ms=within_ms, fresh=fresh, with_draft=with_draft)
+                                  interrupted=interrupted, decoding=decoding, within_ms=within_ms, fresh=fresh,
+                                  with_draft=with_draft)

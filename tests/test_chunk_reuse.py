@@ -976,6 +976,37 @@ def test_a_warm_up_stopped_inside_a_call_keeps_its_whole_steps(ggufs, tokenizer,
         reference.close()
 
 
+@needs_llama_cpp
+def test_a_warm_up_whose_request_needs_the_call_finishes_it_and_starts_no_next(ggufs, tokenizer, monkeypatch) -> None:
+    """The same request, but one whose prompt starts with what the call evaluates (``interrupted`` says
+    no, ``cancelled`` yes): the call under way runs to its end and is kept, and no next step starts."""
+    import threading
+
+    from codecue.completion import INTERRUPTIBLE_STEP, Completer
+
+    target = llamacpp.LlamaCppBackend.load(ggufs["target"], n_ctx=N_CTX)
+    try:
+        completer = Completer(tokenizer, target, None, DecodingSettings(draft_mode="ngram", first_text_ms=0))
+        prompt = completer.build_prompt(source(), "\n", full=True)
+        assert len(prompt) > 3 * INTERRUPTIBLE_STEP
+        calls: list[int] = []
+        request = threading.Event()
+        decode = target._decode
+
+        def second_call_meets_a_request(chunk, first_output):
+            calls.append(len(chunk))
+            if len(calls) == 2:
+                request.set()
+            return decode(chunk, first_output)
+
+        monkeypatch.setattr(target, "_decode", second_call_meets_a_request)
+        assert completer.warm(prompt, request.is_set, interrupted=lambda: False) == 2 * INTERRUPTIBLE_STEP
+        assert calls == [INTERRUPTIBLE_STEP] * 2
+        assert completer.target.tokens == prompt[: 2 * INTERRUPTIBLE_STEP] and target.length == 2 * INTERRUPTIBLE_STEP
+    finally:
+        target.close()
+
+
 # -- (e) backends that cannot shift ----------------------------------------------------------------------
 
 

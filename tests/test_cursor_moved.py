@@ -267,7 +267,7 @@ class _UntilCancelled:
             time.sleep(0.01)
 
     def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None, decoding=None,
-                     within_ms=None, fresh=False, with_draft=True):
+                     within_ms=None, fresh=False, with_draft=True, interrupted=None):
         self._run(prefix, cancelled)
         return 16
 

@@ -193,6 +193,32 @@ def test_warm_ups_and_measurements_in_the_model_process_are_cancelled_through_th
         process.close()
 
 
+def test_a_warm_up_told_to_finish_its_call_keeps_it_and_one_told_to_stop_loses_it(tiny_dirs, hang_file):
+    """The two cancels reach the child through their own numbers: with ``finish_call`` (a request that needs
+    what the call evaluates) the call blocked in the model process runs to its end and is kept, and no next
+    step starts; without it the call stops part-way and nothing of it is kept."""
+    from codecue.completion import INTERRUPTIBLE_STEP
+
+    process = CompleterProcess(tiny_choice(tiny_dirs), "harness.paced_server:load_interruptible_completer")
+    try:
+        prefix = "def add(a, b):\n    return a + b\n" * 40
+        for finish_call, kept in ((True, INTERRUPTIBLE_STEP), (False, 0)):
+            process.reset_caches()
+            outcome: list[int] = []
+            hang_file.touch()
+            cancel = process.canceller()
+            thread = threading.Thread(target=lambda outcome=outcome: outcome.append(process.warm_context(prefix, "")))
+            thread.start()
+            time.sleep(1.0)  # blocked in its first call
+            cancel(finish_call=finish_call)
+            time.sleep(0.2)  # a call told to stop has stopped by now
+            hang_file.unlink()
+            thread.join(TIMEOUT)
+            assert outcome == [kept], finish_call
+    finally:
+        process.close()
+
+
 def test_a_model_process_started_ahead_waits_for_its_choice_and_the_first_load_takes_it(tiny_dirs):
     """The daemon starts the first model process before any editor asks (its imports run meanwhile); the
     first load then happens in that process, completes as a fresh one does, and later loads start their own."""

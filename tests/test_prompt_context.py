@@ -298,6 +298,7 @@ class SlowCompleter:
         self.started: list[str] = []
         self.running = threading.Event()
         self.with_draft: list[bool] = []  # each warm-up's
+        self.interrupted: list[bool] = []  # each cancelled warm-up's: told to stop a call part-way too
 
     def measure_costs(self, should_stop=None):
         return None
@@ -317,13 +318,15 @@ class SlowCompleter:
         return [1, 2, 3]
 
     def warm_context(self, prefix, suffix, extra_context=(), *, path=None, cancelled=None, decoding=None,
-                     within_ms=None, fresh=False, with_draft=True):
+                     within_ms=None, fresh=False, with_draft=True, interrupted=None):
         self.started.append("warm fresh" if fresh else "warm")
         self.with_draft.append(with_draft)
         self.running.set()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not cancelled():
             time.sleep(0.01)
+        if cancelled():
+            self.interrupted.append(interrupted() if interrupted is not None else True)
         return 0
 
 
@@ -368,6 +371,54 @@ def test_queued_work_ahead_is_dropped_for_a_real_request_and_warming_is_cancelle
         assert completer.started == ["warm", "real"]  # the queued prefetch never ran
     finally:
         worker.shutdown(unload=False)
+
+
+def test_a_request_typed_on_from_a_warm_up_lets_its_call_finish_and_any_other_stops_it_part_way():
+    """A request at the place a warm-up evaluates the window for, or typed on from it, needs what the call
+    under way evaluates: the warm-up stops before its next step, not part-way through the call (whose work
+    would be lost). A request elsewhere, and one during a rest's full prompt (evaluated fresh, which a
+    request there does not wait for), stop it part-way."""
+    from codecue.models.config import CompletionConfig, ModelChoice
+    from codecue.request import JobKind
+    from codecue.server.worker.model_worker import ModelWorker
+    from harness.jobs import make_job
+
+    place = ("def f(x):\n    return x", "\n\nprint(f(2))\n")
+    cases = [(place[0] + " + 1", place[1], False, False),  # typed on from the warm-up's place
+             (place[0], place[1], False, False),  # at the place itself
+             ("def g(y):\n    return y", place[1], False, True),  # elsewhere
+             (place[0] + " + 1", place[1], True, True)]  # the rest's full prompt, evaluated fresh
+    for prefix, suffix, fresh, interrupted in cases:
+        completer = SlowCompleter()
+        config = CompletionConfig(ModelChoice("t"))
+        worker = ModelWorker(config, lambda choice, completer=completer: completer, idle_unload_s=None)
+        try:
+            warm = make_job(config, *place, path="f.py", background=True, kind=JobKind.WARM, warm_fresh=fresh)
+            done = worker.submit(warm)
+            assert completer.running.wait(10)
+            assert worker.submit(make_job(config, prefix, suffix, path="f.py")).result(timeout=10).text == "done"
+            assert done.result(timeout=10) is None and warm.is_cancelled
+            assert completer.interrupted == [interrupted], (prefix, fresh)
+        finally:
+            worker.shutdown(unload=False)
+
+
+def test_a_cancel_that_lets_the_call_finish_is_told_and_a_later_one_stops_the_call():
+    from codecue.models.config import CompletionConfig, ModelChoice
+    from codecue.request import JobKind
+    from harness.jobs import make_job
+
+    job = make_job(CompletionConfig(ModelChoice("t")), "x", kind=JobKind.WARM, background=True)
+    told: list[bool] = []
+    job.when_cancelled(lambda finish_call: told.append(finish_call))
+    job.cancel(finish_call=True)
+    assert job.is_cancelled and job.poll_cancelled() and not job.poll_interrupted()
+    job.cancel(finish_call=True)  # nothing new to tell
+    job.cancel()
+    assert job.poll_interrupted() and told == [True, False]
+    late: list[bool] = []
+    job.when_cancelled(lambda finish_call: late.append(finish_call))  # told at once, as it stands now
+    assert late == [False]
 
 
 def test_a_warm_up_evaluates_the_draft_only_where_a_request_may_draft():

@@ -347,6 +347,47 @@ async def test_enter_where_nothing_is_held_completes_from_the_new_lines_start(
         session.close()
 
 
+async def test_enter_joining_a_generation_that_then_ends_the_line_otherwise_restarts_at_the_new_lines_start(
+        source_file, make_completer, monkeypatch):
+    """Enter while the line end's generation has shown nothing yet joins it; when its text then goes
+    another way than the new line, Enter's own completion starts at the new line's start (the prompt the
+    cache holds, extended by the newline), not at the editor's indentation (whose prompt evaluates the
+    suffix again)."""
+    from codecue.server.worker import model_worker as worker_module
+
+    monkeypatch.setattr(worker_module, "NEXT_LINE_AFTER_S", 30.0)
+    monkeypatch.setattr(worker_module, "REFINE_AFTER_S", 30.0)
+    line_end = SOURCE[: SOURCE.index("in values:") + len("in values:")]
+    enter_sent = threading.Event()
+
+    def completion(prefix: str) -> str:
+        if prefix == line_end:  # the line end's generation: still at its first token when Enter comes
+            assert enter_sent.wait(10)
+            return "  # each one"
+        return "        total -= 1" if prefix == line_end + "\n" else "# at the indentation"
+
+    recording = Recording(make_completer(draft=None), completion=completion)
+    session = Session(recording)
+    uri = source_file.as_uri()
+    try:
+        session.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                               "text": source_file.read_text()}})
+        session.send("textDocument/inlineCompletion", {"textDocument": {"uri": uri},
+                                                       "position": {"line": LINE, "character": CHARACTER},
+                                                       "context": {"triggerKind": 1}}, request=True)
+        await until(lambda: recording.kinds() == ["complete"], what="the line end's generation")
+        session.insert(uri, 2, LINE, CHARACTER, "\n        ")
+        enter = asyncio.ensure_future(session.complete(uri, LINE + 1, 8))
+        await until(lambda: session.stats()["session"]["adopted"] == 1, what="Enter joining the generation")
+        enter_sent.set()
+        assert await enter == "total -= 1"
+        assert [call[1] for call in recording.calls] == [line_end, line_end + "\n"]
+        assert session.stats()["session"]["diverged"] == 1
+    finally:
+        enter_sent.set()
+        session.close()
+
+
 async def test_a_rest_at_a_new_lines_indentation_warms_the_prompt_a_request_there_sends(tmp_path, make_completer):
     """A jump to a line holding only the indentation after a line with code: a request there completes from
     the new line's start (the indentation counted as typed), so the cursor's warm-up and the rest evaluate

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,38 @@ def throttled_factory(delay_s: float, hang_file: Path | None = None):
     return factory
 
 
+class InterruptibleThrottledBackend(ThrottledBackend):
+    """A :class:`ThrottledBackend` whose calls stop part-way, as llama.cpp's do (``can_interrupt``): within
+    :meth:`interruptible`, a call that waits (its delay, the hang file) raises
+    :class:`~codecue.backends.base.Interrupted` once ``stop()`` is true, holding what it held before."""
+
+    can_interrupt = True
+
+    def __init__(self, inner: Any, delay_s: float, hang_file: Path | None = None) -> None:
+        super().__init__(inner, delay_s, hang_file)
+        self._stop: Any = None
+
+    @contextlib.contextmanager
+    def interruptible(self, stop: Any) -> Iterator[None]:
+        self._stop = stop
+        try:
+            yield
+        finally:
+            self._stop = None
+
+    def forward(self, token_ids: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+        from codecue.backends.base import Interrupted
+
+        deadline = time.monotonic() + MAX_HANG_S
+        wait_until = time.monotonic() + self._delay_s
+        while time.monotonic() < wait_until or (self._hang_file is not None and self._hang_file.exists()
+                                                and time.monotonic() < deadline):
+            if self._stop is not None and self._stop():
+                raise Interrupted(f"stopped evaluating {len(token_ids)} tokens")
+            time.sleep(0.01)
+        return self._inner.forward(token_ids, *args, **kwargs)
+
+
 FORWARD_DELAY_ENV = "CODECUE_TEST_FORWARD_DELAY_MS"
 HANG_FILE_ENV = "CODECUE_TEST_HANG_FILE"
 
@@ -70,6 +103,17 @@ def load_throttled_completer(choice: CompletionConfig):
     hang_file = os.environ.get(HANG_FILE_ENV)
     return throttled_factory(float(os.environ.get(FORWARD_DELAY_ENV, "0")) / 1000,
                              Path(hang_file) if hang_file else None)(choice)
+
+
+def load_interruptible_completer(choice: CompletionConfig):
+    """:func:`load_throttled_completer`, with calls that stop part-way (:class:`InterruptibleThrottledBackend`)."""
+    completer = load_completer(choice)
+    hang_file = os.environ.get(HANG_FILE_ENV)
+    for seq in (completer.target, completer.draft):
+        if seq is not None:
+            seq.backend = InterruptibleThrottledBackend(seq.backend, float(os.environ.get(FORWARD_DELAY_ENV, "0")) / 1000,
+                                                        Path(hang_file) if hang_file else None)
+    return completer
 
 
 @dataclass(frozen=True)

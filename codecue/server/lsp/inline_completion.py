@@ -365,7 +365,9 @@ class InlineCompletions:
 
     def _restart(self, gen: Generation, sub: Subscriber) -> None:
         """The generation ``sub`` joined disagrees with what the user typed: replace it with one for ``sub``'s
-        own request (unless the document has moved on since, when the answer would be stale anyway)."""
+        own request (unless the document has moved on since, when the answer would be stale anyway), from
+        where a new generation for it starts (:meth:`_place`: after Enter, the new line's start, whose
+        prompt extends the one the cache holds) unless the one that disagreed started there already."""
         server = self.server
         gen.subscriber = None  # detach first: cancelling must not answer this request
         if gen.state in ("pending", "running"):
@@ -379,10 +381,13 @@ class InlineCompletions:
             return
         info = server.hooks.cursor(request.uri, request.language_id, request.line, request.character)
         info.language = gen.info.language
-        fresh = Generation(request.prefix, request.suffix, info)
+        place = self._place(request, self.next_lines.get(request.uri))
+        if (place.prefix, place.suffix) == (gen.prefix, gen.suffix):
+            place = request  # the model indents the new line otherwise: the editor's indentation in its prompt
+        fresh = Generation(place.prefix, place.suffix, info)
         self.active[request.uri] = fresh
-        fresh.subscriber = Subscriber(request, "", sub.future)
-        self._start(fresh, request)
+        fresh.subscriber = Subscriber(request, request.prefix[len(place.prefix):], sub.future)
+        self._start(fresh, place)
 
     def _on_text(self, gen: Generation, text: str) -> None:
         if gen.state != "running":

@@ -140,7 +140,7 @@ class _Rounds:
 
 
 def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, cancelled_call: _CallNumber,
-                imports: Sequence[str] = ()) -> None:
+                stopping_call: _CallNumber, imports: Sequence[str] = ()) -> None:
     """Load ``choice`` with ``loader`` and serve the calls. A spare child (``choice`` None) waits for its
     choice (``("load", choice)``) while it imports ``imports``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when the child stops
@@ -173,10 +173,13 @@ def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, 
             return
         call = message[1]
 
-        def cancelled(call: int = call) -> bool:
+        def interrupted(call: int = call) -> bool:
             # A server that died (killed by its editor, say) cancels nothing: an orphan stops by itself
             # instead of spending a minute of CPU on a warm-up or a measurement nobody waits for.
             return cancelled_call.value >= call or os.getppid() != server_pid
+
+        def cancelled(call: int = call) -> bool:
+            return stopping_call.value >= call or interrupted(call)
 
         try:
             if command == "reset":
@@ -186,7 +189,8 @@ def _child_main(conn: Connection, choice: CompletionConfig | None, loader: str, 
             if command == "warm":
                 _, _, prefix, suffix, extra_context, path, decoding, within_ms, fresh, with_draft = message
                 conn.send(("done", completer.warm_context(prefix, suffix, extra_context, path=path,
-                                                          cancelled=cancelled, decoding=decoding,
+                                                          cancelled=cancelled, interrupted=interrupted,
+                                                          decoding=decoding,
                                                           within_ms=within_ms, fresh=fresh,
                                                           with_draft=with_draft)))
                 continue
@@ -226,6 +230,9 @@ class ModelChild:
     # Calls are numbered; the child stops a call once this reaches its number. A number, not a flag to
     # clear between calls: a cancel that arrives late (its call has ended) cannot touch the next.
     cancelled_call: _CallNumber
+    # ... and once this one does, before its next step: a warm-up's evaluation call under way ends first
+    # (CompleterProcess.canceller, finish_call).
+    stopping_call: _CallNumber
 
     @classmethod
     def start(cls, loader: str = DEFAULT_LOADER, choice: CompletionConfig | None = None,
@@ -234,11 +241,13 @@ class ModelChild:
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or locks inherited
         conn, child_conn = context.Pipe(duplex=True)
         cancelled_call: _CallNumber = context.Value("Q", 0, lock=False)
-        process = context.Process(target=_child_main, args=(child_conn, choice, loader, cancelled_call, tuple(imports)),
+        stopping_call: _CallNumber = context.Value("Q", 0, lock=False)
+        process = context.Process(target=_child_main, args=(child_conn, choice, loader, cancelled_call, stopping_call,
+                                                            tuple(imports)),
                                   name="codecue-models", daemon=True)
         process.start()
         child_conn.close()
-        return cls(loader, process, conn, cancelled_call)
+        return cls(loader, process, conn, cancelled_call, stopping_call)
 
     def close(self) -> None:
         if self.process.is_alive():
@@ -262,7 +271,8 @@ class CompleterProcess:
                 spare.close()
                 spare = None
         child = spare or ModelChild.start(loader, choice=choice)
-        self._process, self._conn, self._cancelled_call = child.process, child.conn, child.cancelled_call
+        self._process, self._conn = child.process, child.conn
+        self._cancelled_call, self._stopping_call = child.cancelled_call, child.stopping_call
         self._cancel_lock = threading.Lock()  # cancels come from the worker and the sessions' threads
         self._calls = 0
         self.choice = choice
@@ -284,18 +294,20 @@ class CompleterProcess:
         return self._process.is_alive()
 
     # -- cancellation --------------------------------------------------------------------------------
-    def canceller(self) -> Callable[[], None]:
+    def canceller(self) -> Callable[..., None]:
         """A function that cancels the next call made on this process (``complete``, ``warm_context``,
         ``measure_costs``) through the shared number, from any thread and at any time: before the call
-        starts, while it runs (the child stops before its next round, warm-up step or timed pass), or
-        after it ended (then it does nothing)."""
+        starts, while it runs (the child stops before its next round, warm-up step or timed pass, and
+        part-way through a warm-up's evaluation call unless ``finish_call=True`` is passed), or after it
+        ended (then it does nothing)."""
         call = self._calls + 1
-        return lambda: self._cancel(call)
+        return lambda finish_call=False: self._cancel(call, finish_call)
 
-    def _cancel(self, call: int) -> None:
+    def _cancel(self, call: int, finish_call: bool = False) -> None:
+        number = self._stopping_call if finish_call else self._cancelled_call
         with self._cancel_lock:
-            if self._cancelled_call.value < call:
-                self._cancelled_call.value = call
+            if number.value < call:
+                number.value = call
 
     def _send(self, command: str, *payload: Any) -> int:
         self._calls += 1
@@ -372,9 +384,10 @@ class CompleterProcess:
     def warm_context(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
                      path: str | None = None, cancelled: Callable[[], bool] | None = None,
                      decoding: DecodingSettings | None = None, within_ms: float | None = None,
-                     fresh: bool = False, with_draft: bool = True) -> int:
+                     fresh: bool = False, with_draft: bool = True,
+                     interrupted: Callable[[], bool] | None = None) -> int:
         return self._call("warm", prefix, suffix, tuple(extra_context), path, decoding, within_ms, fresh,
-                          with_draft, cancelled=cancelled)
+                          with_draft, cancelled=cancelled, interrupted=interrupted)
 
     def count_tokens(self, text: str) -> int:
         return self._call("count", text)
@@ -382,14 +395,16 @@ class CompleterProcess:
     def measure_costs(self, should_stop: Callable[[], bool] | None = None) -> MachineCosts:
         return self._call("measure", cancelled=should_stop)
 
-    def _call(self, command: str, *payload: Any, cancelled: Callable[[], bool] | None = None) -> Any:
+    def _call(self, command: str, *payload: Any, cancelled: Callable[[], bool] | None = None,
+              interrupted: Callable[[], bool] | None = None) -> Any:
         """Send ``command`` and return the child's answer. ``cancelled`` (a warm-up's, a measurement's)
-        is asked before it starts and every ``_POLL_S`` while it runs; a yes cancels it."""
+        is asked before it starts and every ``_POLL_S`` while it runs; a yes cancels it, part-way through
+        an evaluation call too unless ``interrupted`` (where given) says no."""
         call = self._calls + 1
 
         def check() -> None:
             if cancelled is not None and cancelled():
-                self._cancel(call)
+                self._cancel(call, finish_call=interrupted is not None and not interrupted())
 
         check()
         self._send(command, *payload)

@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from codecue.document import typed_since
 from codecue.engine.fim import prompt_budget
 from codecue.models.config import CompletionConfig
 from codecue.request import JobKind, PreparedJob, RequestOptions, complete_job, warm_job
@@ -109,25 +110,33 @@ class GenerationJob:
     warmed_tokens: int | None = None
     warm_complete: bool = False
     _cancel: threading.Event = field(default_factory=threading.Event)
-    _on_cancel: list[Callable[[], None]] = field(default_factory=list, init=False, repr=False)
+    _interrupt: threading.Event = field(default_factory=threading.Event)  # ... and a call under way stops too
+    _on_cancel: list[Callable[..., None]] = field(default_factory=list, init=False, repr=False)
 
     @property
     def kind(self) -> JobKind:
         return self.prepared.kind
 
-    def cancel(self) -> None:
-        if not self._cancel.is_set():
+    def cancel(self, *, finish_call: bool = False) -> None:
+        """Stop the job. ``finish_call``: a warm-up's evaluation call under way runs to its end first (the
+        request that cancels it needs what the call evaluates; stopped part-way, the call's work is lost),
+        and no next step starts. A later cancel without it still stops the call."""
+        first, interrupt = not self._cancel.is_set(), not finish_call and not self._interrupt.is_set()
+        if first:
             self.rounds_at_cancel = self.rounds_started
             self._cancel.set()
+        if interrupt:
+            self._interrupt.set()
+        if first or interrupt:
             for notify in list(self._on_cancel):
-                notify()
+                notify(finish_call=not interrupt)
 
-    def when_cancelled(self, notify: Callable[[], None]) -> None:
-        """Call ``notify`` (on the cancelling thread) when the job is cancelled, or now if it is: a model
-        process does not poll the job, it is told."""
+    def when_cancelled(self, notify: Callable[..., None]) -> None:
+        """Call ``notify(finish_call=...)`` (on the cancelling thread) when the job is cancelled (see
+        :meth:`cancel`), or now if it is: a model process does not poll the job, it is told."""
         self._on_cancel.append(notify)
         if self._cancel.is_set():
-            notify()
+            notify(finish_call=not self._interrupt.is_set())
 
     @property
     def is_cancelled(self) -> bool:
@@ -135,12 +144,17 @@ class GenerationJob:
 
     def poll_cancelled(self) -> bool:
         """The engine's ``cancelled`` callback: called once before each round (by a model process as each
-        round's notice arrives); a warm-up asks it between its steps, and in them where calls stop
-        part-way (the rounds counted then are not read)."""
+        round's notice arrives); a warm-up asks it between its steps (the rounds counted then are not
+        read)."""
         if self._cancel.is_set():
             return True
         self.rounds_started += 1
         return False
+
+    def poll_interrupted(self) -> bool:
+        """A warm-up's check within a call, where calls stop part-way: cancelled, and not left to finish
+        the call (:meth:`cancel`)."""
+        return self._interrupt.is_set()
 
     def rounds_after_cancel(self, rounds_completed: int) -> int:
         """Rounds that finished after :meth:`cancel` was called: at most the one in progress then (an upper
@@ -201,8 +215,9 @@ class ModelWorker:
                 job.future.set_exception(RuntimeError("the model worker is shutting down"))
                 return job.future
             if not job.background:
-                # Work that only prepares the future never delays a request: drop it.
-                self._cancel_background_locked()
+                # Work that only prepares the future never delays a request: drop it. A warm-up of the
+                # window the request extends finishes the call under way: the request needs what it evaluates.
+                self._cancel_background_locked(finishing=job)
                 self._when_idle = None
             else:
                 # Work ahead for where the editor is now (a warm-up, the suggestion after an accepted one):
@@ -251,8 +266,10 @@ class ModelWorker:
             return
         self.submit(GenerationJob(config, loading_job(), background=True, label="load at connect"))
 
-    def _cancel_background_locked(self, only: tuple[JobKind, ...] | None = None) -> None:
-        """Drop the queued background jobs and cancel the running one (with ``only``: those of these kinds)."""
+    def _cancel_background_locked(self, only: tuple[JobKind, ...] | None = None,
+                                  finishing: GenerationJob | None = None) -> None:
+        """Drop the queued background jobs and cancel the running one (with ``only``: those of these kinds).
+        ``finishing``: a request for which a running warm-up it extends finishes its call (:func:`extends_warm_up`)."""
         def dropped(job: GenerationJob) -> bool:
             return job.background and (only is None or job.kind in only)
 
@@ -260,8 +277,9 @@ class ModelWorker:
             self._queue.remove(waiting)
             waiting.cancel()
             waiting.future.set_result(None)
-        if self._running is not None and dropped(self._running):
-            self._running.cancel()
+        running = self._running
+        if running is not None and dropped(running):
+            running.cancel(finish_call=finishing is not None and extends_warm_up(finishing, running))
 
     def will_hold(self, config: CompletionConfig) -> bool:
         """Whether ``config``'s models are loaded, or being loaded (an editor that just connected): work
@@ -525,7 +543,8 @@ class ModelWorker:
                 if job.kind is JobKind.WARM:
                     _link_cancel(job, completer)
                     job.warmed_tokens = warm_job(completer, job.prepared, decoding=decoding,
-                                                 cancelled=job.poll_cancelled, within_ms=job.warm_within_ms,
+                                                 cancelled=job.poll_cancelled, interrupted=job.poll_interrupted,
+                                                 within_ms=job.warm_within_ms,
                                                  fresh=job.warm_fresh, with_draft=self.drafts(job))
                     job.warm_complete = not job.is_cancelled
                     job.future.set_result(None)
@@ -578,6 +597,17 @@ def _idle_wait(follow: GenerationJob, shown: str) -> float:
 def loading_job() -> PreparedJob:
     """A job that only loads the models."""
     return PreparedJob(JobKind.LOAD, "", "", (), None, RequestOptions(), "", None, None)
+
+
+def extends_warm_up(request: GenerationJob, warm_up: GenerationJob) -> bool:
+    """Whether ``request`` is at the place ``warm_up`` warms a window for, or typed on from it (the same
+    document, its text before the cursor grown by what was typed, the text after it the same): its prompt
+    then starts with what the warm-up evaluates. Not a fresh evaluation's (a rest's full prompt), which a
+    request there does not wait for: it loads the cache that holds its window back."""
+    if warm_up.kind is not JobKind.WARM or warm_up.warm_fresh or not request.kind.generates:
+        return False
+    place, at = warm_up.prepared, request.prepared
+    return place.path == at.path and typed_since(place.prefix, place.suffix, at.prefix, at.suffix) is not None
 
 
 def _link_cancel(job: GenerationJob, completer: Completer) -> None:
