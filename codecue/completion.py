@@ -168,12 +168,16 @@ class Completer:
 
     # -- prompts -------------------------------------------------------------------------------------
     def build_prompt(self, prefix: str, suffix: str, extra_context: Sequence[tuple[str, str]] = (), *,
-                     path: str | None = None, full: bool = False, budget: PromptBudget | None = None) -> list[int]:
+                     path: str | None = None, full: bool = False, budget: PromptBudget | None = None,
+                     unmeasured_limit: int | None = None) -> list[int]:
         """The FIM prompt for this cursor within ``budget`` (None: the completer's): unless ``full``, within
         :meth:`fresh_token_limit` new tokens where the cache does not hold this place
-        (:func:`~codecue.engine.fim.choose_prompt`)."""
+        (:func:`~codecue.engine.fim.choose_prompt`); before a prefill speed was seen, within
+        ``unmeasured_limit`` (None: the full prompt)."""
         budget = budget or self.budget
         limit = None if full else self.fresh_token_limit(budget)
+        if limit is None and not full and budget.first_text_ms:
+            limit = unmeasured_limit
         soon = None if limit is None else self.tokens_within(budget.first_text_ms)
         held_middles = self._middles.get(path, [])
         middles: dict[int, tuple[list[int], int | None]] = {}  # id of each prompt built: it, its middle's start
@@ -483,15 +487,19 @@ class Completer:
                      interrupted: Callable[[], bool] | None = None) -> int:
         """:meth:`warm` for the full prompt of this cursor position under ``decoding`` (None: the
         completer's settings). With ``within_ms``, the full prompt only where this machine evaluates what
-        its cache lacks of it within that long; elsewhere the prompt a request there sends first (the
+        its cache lacks of it within that long (its speed seen already); elsewhere the prompt a request there sends first (the
         window around the cursor, :meth:`build_prompt`), so that the pause after a jump readies the first
         suggestion instead of a part of a prompt no request uses. ``fresh``, ``with_draft``,
         ``interrupted``: as in :meth:`warm`."""
         budget = prompt_budget(self._settings(decoding))
         prompt = self.build_prompt(prefix, suffix, extra_context, path=path, full=True, budget=budget)
-        if (within_ms is not None and self.prefill_ms_per_token is not None
-                and self.uncached(prompt) * self.prefill_ms_per_token > within_ms):
-            prompt = self.build_prompt(prefix, suffix, extra_context, path=path, budget=budget)
+        speed = self.prefill_ms_per_token
+        if within_ms is not None and (speed is None or self.uncached(prompt) * speed > within_ms):
+            # Before the speed is known (the first warm-up after a load), the window at its floor: the
+            # request that follows measures the speed from this warm-up's steps and sends that window,
+            # where a part of the full prompt would be work it does not use.
+            prompt = self.build_prompt(prefix, suffix, extra_context, path=path, budget=budget,
+                                       unmeasured_limit=budget.window_floor)
         return self.warm(prompt, cancelled, fresh=fresh, with_draft=with_draft, interrupted=interrupted)
 
     def reset_caches(self) -> None:

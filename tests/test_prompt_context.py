@@ -590,6 +590,12 @@ def test_a_cursor_warm_up_readies_the_first_window_where_the_full_prompt_would_n
     assert len(enter) <= 170 and slow.uncached(enter) <= 40
     fast = _fast_first_text(make_completer, prefill_ms=1.0, window_floor=160)  # the full prompt in < 1.5 s
     assert fast.warm_context(prefix, suffix, within_ms=1500) > 600
+    # Before any speed was seen (the first warm-up after a load): the window at its floor, which the request
+    # after it sends once the warm-up's steps have measured the speed; not the start of the full prompt.
+    unmeasured = _fast_first_text(make_completer, prefill_ms=None, window_floor=160)
+    assert unmeasured.warm_context(prefix, suffix, within_ms=1500) <= 160
+    unmeasured.prefill_ms_per_token = 30.0
+    assert unmeasured.uncached(unmeasured.build_prompt(prefix + "d", suffix)) <= 4
 
 
 def test_no_limit_before_the_prefill_speed_is_known_and_it_is_learned(make_completer):
