@@ -941,10 +941,13 @@ def test_a_check_that_fails_stops_the_call_and_raises_its_error(backends) -> Non
 
 
 @needs_llama_cpp
-def test_a_warm_up_stopped_inside_a_call_keeps_its_whole_steps(ggufs, tokenizer, monkeypatch) -> None:
+@pytest.mark.parametrize("needed", [False, True], ids=["stopped", "finished"])
+def test_a_request_inside_a_warm_up_call_stops_it_or_lets_it_finish(ggufs, tokenizer, monkeypatch, needed) -> None:
     """A request that comes while a warm-up's call runs does not wait for the call: the call stops, the
     warm-up counts and keeps the steps it finished (of :data:`INTERRUPTIBLE_STEP` tokens on llama.cpp),
-    and the request's logits are a fresh evaluation's."""
+    and the request's logits are a fresh evaluation's. One whose prompt starts with what the call
+    evaluates (``needed``: ``interrupted`` says no, ``cancelled`` yes) lets the call run to its end and
+    keeps it; no next step starts."""
     import threading
 
     from codecue.completion import INTERRUPTIBLE_STEP, Completer
@@ -966,45 +969,15 @@ def test_a_warm_up_stopped_inside_a_call_keeps_its_whole_steps(ggufs, tokenizer,
             return decode(chunk, first_output)
 
         monkeypatch.setattr(target, "_decode", second_call_meets_a_request)
-        assert completer.warm(prompt, request.is_set) == INTERRUPTIBLE_STEP
-        assert calls == [INTERRUPTIBLE_STEP] * 2  # the second stopped inside: the between-steps check said no
-        assert completer.target.tokens == prompt[:INTERRUPTIBLE_STEP] and target.length == INTERRUPTIBLE_STEP
+        kept = (2 if needed else 1) * INTERRUPTIBLE_STEP
+        assert completer.warm(prompt, request.is_set, interrupted=(lambda: False) if needed else None) == kept
+        assert calls == [INTERRUPTIBLE_STEP] * 2  # the second stopped inside, or ran to its end; no third
+        assert completer.target.tokens == prompt[:kept] and target.length == kept
         rows = completer.target.sync(prompt, 1)
         assert_close(rows, CachedSequence(reference).sync(prompt, 1), atol=NOISE, rtol=0)
     finally:
         target.close()
         reference.close()
-
-
-@needs_llama_cpp
-def test_a_warm_up_whose_request_needs_the_call_finishes_it_and_starts_no_next(ggufs, tokenizer, monkeypatch) -> None:
-    """The same request, but one whose prompt starts with what the call evaluates (``interrupted`` says
-    no, ``cancelled`` yes): the call under way runs to its end and is kept, and no next step starts."""
-    import threading
-
-    from codecue.completion import INTERRUPTIBLE_STEP, Completer
-
-    target = llamacpp.LlamaCppBackend.load(ggufs["target"], n_ctx=N_CTX)
-    try:
-        completer = Completer(tokenizer, target, None, DecodingSettings(draft_mode="ngram", first_text_ms=0))
-        prompt = completer.build_prompt(source(), "\n", full=True)
-        assert len(prompt) > 3 * INTERRUPTIBLE_STEP
-        calls: list[int] = []
-        request = threading.Event()
-        decode = target._decode
-
-        def second_call_meets_a_request(chunk, first_output):
-            calls.append(len(chunk))
-            if len(calls) == 2:
-                request.set()
-            return decode(chunk, first_output)
-
-        monkeypatch.setattr(target, "_decode", second_call_meets_a_request)
-        assert completer.warm(prompt, request.is_set, interrupted=lambda: False) == 2 * INTERRUPTIBLE_STEP
-        assert calls == [INTERRUPTIBLE_STEP] * 2
-        assert completer.target.tokens == prompt[: 2 * INTERRUPTIBLE_STEP] and target.length == 2 * INTERRUPTIBLE_STEP
-    finally:
-        target.close()
 
 
 # -- (e) backends that cannot shift ----------------------------------------------------------------------

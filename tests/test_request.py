@@ -95,6 +95,10 @@ class Session:
         dispatch(self.server, json.dumps(message).encode())
         return msg_id
 
+    def open(self, uri: str, text: str) -> None:
+        self.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                            "text": text}})
+
     def insert(self, uri: str, version: int, line: int, character: int, text: str) -> None:
         """The editor inserts ``text`` at (line, character): a key typed, Enter with its indentation."""
         at = {"line": line, "character": character}
@@ -330,8 +334,7 @@ async def test_enter_where_nothing_is_held_completes_from_the_new_lines_start(
     session = Session(recording)
     uri = source_file.as_uri()
     try:
-        session.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
-                                                               "text": source_file.read_text()}})
+        session.open(uri, source_file.read_text())
         await session.complete(uri, LINE, CHARACTER)
         calls = len(recording.calls)
         session.insert(uri, 2, LINE, CHARACTER, "\n        ")
@@ -370,8 +373,7 @@ async def test_enter_joining_a_generation_that_then_ends_the_line_otherwise_rest
     session = Session(recording)
     uri = source_file.as_uri()
     try:
-        session.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
-                                                               "text": source_file.read_text()}})
+        session.open(uri, source_file.read_text())
         session.send("textDocument/inlineCompletion", {"textDocument": {"uri": uri},
                                                        "position": {"line": LINE, "character": CHARACTER},
                                                        "context": {"triggerKind": 1}}, request=True)
